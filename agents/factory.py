@@ -1,0 +1,49 @@
+"""Builds (model, tokenizer) from a ModelConfig: the tiny embedded default or any HF path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from .tiny import build_tiny_model, build_tiny_tokenizer
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {sorted(_DTYPES)}") from None
+
+
+def load_pretrained(path: str, dtype: str = "float32", device: str = "cpu",
+                    gguf_file: str | None = None):
+    """A local HF model directory (or a turngym checkpoint, which is one)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path).exists():
+        raise FileNotFoundError(f"model path {path!r} does not exist (hub downloads are not used)")
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(path, **kw)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype_of(dtype), **kw)
+    return model.to(device), tok
+
+
+def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (), seed: int = 0):
+    """``kind=tiny``: fit a word-level tokenizer on ``corpus`` and init a small Llama;
+    ``kind=hf``: load ``path``."""
+    if mcfg.kind == "tiny":
+        tok = build_tiny_tokenizer(corpus, extra_words)
+        model = build_tiny_model(tok, mcfg.hidden_size, mcfg.num_layers, mcfg.num_heads,
+                                 mcfg.intermediate_size, mcfg.max_positions, seed=seed)
+        return model.to(dtype_of(mcfg.dtype)).to(mcfg.device), tok
+    if mcfg.kind == "hf":
+        if not mcfg.path:
+            raise ValueError("model.kind=hf needs model.path (a local model directory)")
+        return load_pretrained(mcfg.path, mcfg.dtype, mcfg.device, mcfg.gguf_file)
+    raise ValueError(f"unknown model.kind {mcfg.kind!r}; use tiny or hf")

@@ -1,0 +1,276 @@
+"""Transformers policy backend (CPU or a single GPU).
+
+Sampling is a small explicit loop over a KV cache instead of ``generate`` so the
+returned log-probs are exactly those of the distribution sampled from
+(temperature and top-p included) and stop handling is per row.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+import torch
+
+from .policy import Sample, SamplingParams
+
+
+def _cache_kwarg(model) -> str:
+    """transformers 5 names the KV cache ``cache``; 4.x named it ``past_key_values``."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _growing_cache(model):
+    """A DynamicCache whose layers grow by capacity doubling instead of ``torch.cat``
+    on every token (which makes decoding O(L^2) in copies).  Falls back to the plain
+    DynamicCache where the cache internals differ (other transformers versions)."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+        cache = DynamicCache(config=model.config)
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(x) is not DynamicLayer for x in layers):
+            return cache
+        for layer in layers:
+            layer.__class__ = _growing_layer_class(DynamicLayer)
+        return cache
+    except Exception:  # pragma: no cover - depends on the installed transformers
+        return None
+
+
+_GROWING: dict = {}
+
+
+def _growing_layer_class(base):
+    if base in _GROWING:
+        return _GROWING[base]
+
+    class GrowingLayer(base):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self._kb = self._vb = None
+                self._n = 0
+            n = self._n + key_states.shape[-2]
+            if self._kb is None or n > self._kb.shape[-2]:
+                cap = max(n, 2 * (self._kb.shape[-2] if self._kb is not None else 128))
+                kb = key_states.new_empty(key_states.shape[:-2] + (cap, key_states.shape[-1]))
+                vb = value_states.new_empty(value_states.shape[:-2] + (cap, value_states.shape[-1]))
+                if self._kb is not None:
+                    kb[..., : self._n, :] = self._kb[..., : self._n, :]
+                    vb[..., : self._n, :] = self._vb[..., : self._n, :]
+                self._kb, self._vb = kb, vb
+            self._kb[..., self._n:n, :] = key_states
+            self._vb[..., self._n:n, :] = value_states
+            self._n = n
+            self.keys = self._kb[..., :n, :]
+            self.values = self._vb[..., :n, :]
+            return self.keys, self.values
+
+    _GROWING[base] = GrowingLayer
+    return GrowingLayer
+
+
+def _cache_of(output):
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+def right_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Log-prob of ids[:, i] under logits[:, i-1]; column 0 is 0. Shape [B, L]."""
+    lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+
+
+def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(-1) - probs > top_p  # keep the first token always
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+class HFPolicy:
+    """A ``transformers`` causal LM behind the :class:`~turngym.agents.policy.Policy` API."""
+
+    def __init__(self, model, tokenizer, stop_token_ids: Sequence[int] | None = None,
+                 max_batch_size: int = 64, generator_seed: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        if stop_token_ids is None:
+            eos = tokenizer.eos_token_id
+            stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        if not stop_token_ids:
+            raise ValueError("a policy needs at least one stop token id")
+        self.stop_token_ids = tuple(int(t) for t in stop_token_ids)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.stop_token_ids[0])
+        self.max_batch_size = max_batch_size
+        self.generator = torch.Generator(device="cpu")
+        if generator_seed is not None:
+            self.generator.manual_seed(generator_seed)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        ids = list(token_ids)
+        while ids and ids[-1] in self.stop_token_ids:
+            ids.pop()
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    # ---------------------------------------------------------------- sampling
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Sample]:
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Sample | None] = [None] * len(prompts)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(order), self.max_batch_size):
+                idx = order[start:start + self.max_batch_size]
+                for i, s in zip(idx, self._generate_chunk([prompts[i] for i in idx], params)):
+                    out[i] = s
+        finally:
+            self.model.train(was_training)
+        return out  # type: ignore[return-value]
+
+    def _generate_chunk(self, prompts, params: SamplingParams) -> list[Sample]:
+        session = KVSession(self, len(prompts))
+        return session.generate(list(range(len(prompts))), prompts, params)
+
+    def open_session(self, num_rows: int) -> "KVSession":
+        """A multi-turn generation session that keeps each row's KV cache across turns,
+        so a turn only prefills the new observation tokens (prefix caching)."""
+        return KVSession(self, num_rows)
+
+    # ---------------------------------------------------------------- scoring
+    @torch.no_grad()
+    def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        out: list[list[float]] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(sequences), self.max_batch_size):
+                chunk = sequences[start:start + self.max_batch_size]
+                ids, mask = right_pad(chunk, self.pad_id)
+                ids, mask = ids.to(self.device), mask.to(self.device)
+                logits = self.model(input_ids=ids, attention_mask=mask).logits
+                lp = token_logprobs(logits, ids).cpu()
+                out.extend(lp[i, : len(s)].tolist() for i, s in enumerate(chunk))
+        finally:
+            self.model.train(was_training)
+        return out
+
+
+class KVSession:
+    """Per-row KV cache kept across turns of a batched multi-turn rollout.
+
+    Row i's cache always holds exactly its context so far minus the last sampled
+    token (fed at the start of the next turn).  New tokens of different lengths
+    are left-padded into one forward; padding gets attention-mask 0 and does not
+    advance the row's position ids, so holes in the cache are invisible.
+    """
+
+    def __init__(self, policy: HFPolicy, num_rows: int):
+        self.policy = policy
+        self.model = policy.model
+        self.device = policy.device
+        self.B = num_rows
+        self.cache = _growing_cache(self.model)
+        self.mask = torch.zeros((num_rows, 0), dtype=torch.long, device=self.device)
+        self.pos = torch.zeros(num_rows, dtype=torch.long, device=self.device)
+        self.unfed: list[list[int]] = [[] for _ in range(num_rows)]
+        self._ckw = _cache_kwarg(self.model)
+
+    def _forward(self, ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
+        pos = self.pos.unsqueeze(1) + new_mask.cumsum(-1) - 1
+        pos = pos.clamp(min=0)
+        self.mask = torch.cat([self.mask, new_mask], dim=1)
+        kw = {self._ckw: self.cache} if self.cache is not None else {}
+        res = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
+                         use_cache=True, logits_to_keep=1, **kw)
+        self.cache = _cache_of(res)
+        self.pos = self.pos + new_mask.sum(-1)
+        return res.logits[:, -1, :].float()
+
+    @torch.no_grad()
+    def generate(self, rows: Sequence[int], new_tokens: Sequence[Sequence[int]],
+                 params: SamplingParams) -> list[Sample]:
+        """Appends ``new_tokens[k]`` to row ``rows[k]`` and samples a continuation for each."""
+        pad = self.policy.pad_id
+        chunks = [[] for _ in range(self.B)]
+        for r, toks in zip(rows, new_tokens):
+            chunks[r] = self.unfed[r] + list(toks)
+            if not chunks[r]:
+                raise ValueError("a row needs at least one new token to generate from")
+        width = max(len(c) for c in chunks)
+        ids = torch.full((self.B, width), pad, dtype=torch.long)
+        new_mask = torch.zeros((self.B, width), dtype=torch.long)
+        for r, c in enumerate(chunks):
+            if c:
+                ids[r, width - len(c):] = torch.tensor(c, dtype=torch.long)
+                new_mask[r, width - len(c):] = 1
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            logits = self._forward(ids.to(self.device), new_mask.to(self.device))
+            return self._decode(rows, logits, params)
+        finally:
+            self.model.train(was_training)
+
+    def _decode(self, rows, logits, params: SamplingParams) -> list[Sample]:
+        device, pad = self.device, self.policy.pad_id
+        stop = torch.tensor(self.policy.stop_token_ids, device=device)
+        live = torch.zeros(self.B, dtype=torch.bool, device=device)
+        live[list(rows)] = True
+        toks, lps, alive = [], [], []
+        gen = self.policy.generator
+        for step in range(params.max_new_tokens):
+            if params.greedy:
+                lp_all = torch.log_softmax(logits, dim=-1)
+                tok = lp_all.argmax(-1)
+            else:
+                scaled = _filter_top_p(logits / params.temperature, params.top_p)
+                lp_all = torch.log_softmax(scaled, dim=-1)
+                tok = torch.multinomial(lp_all.exp().cpu(), 1, generator=gen).squeeze(-1)
+                tok = tok.to(device)
+            tok = torch.where(live, tok, torch.full_like(tok, pad))
+            toks.append(tok)
+            lps.append(lp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1))
+            alive.append(live.clone())
+            live = live & ~torch.isin(tok, stop)
+            if not bool(live.any()) or step + 1 == params.max_new_tokens:
+                break
+            # feed the token of rows still going; finished rows get masked padding
+            logits = self._forward(torch.where(live, tok, torch.full_like(tok, pad)).unsqueeze(1),
+                                   live.long().unsqueeze(1))
+        tok_mat = torch.stack(toks, 1).cpu()
+        lp_mat = torch.stack(lps, 1).cpu()
+        alive_mat = torch.stack(alive, 1).cpu()
+        stops = set(self.policy.stop_token_ids)
+        out = []
+        for r in rows:
+            n = int(alive_mat[r].sum())
+            ids = tok_mat[r, :n].tolist()
+            self.unfed[r] = [ids[-1]]
+            out.append(Sample(tuple(ids), tuple(lp_mat[r, :n].tolist()), ids[-1] in stops))
+        return out

@@ -1,0 +1,54 @@
+"""Turns raw model text into an env action (ALFWorld / verl-agent style tags).
+
+Expected output: optional ``<think>...</think>`` then exactly one
+``<action>...</action>``.  Anything else parses to ``action=None`` with an error
+string; the rollout shows the error as an observation and counts it, so bad
+output never crashes a run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_WS = re.compile(r"\s+")
+
+INVALID_FORMAT_MESSAGE = "Invalid format. Reply with <action> command </action> ."
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    action: str | None
+    think: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.action is not None
+
+
+def parse_action(text: str, require_think: bool = False, max_action_chars: int = 512
+                 ) -> ParsedAction:
+    if not isinstance(text, str):
+        return ParsedAction(None, error="output is not text")
+    think_m = _THINK.search(text)
+    think = think_m.group(1).strip() if think_m else None
+    if require_think and think is None:
+        return ParsedAction(None, error="missing <think> block")
+    found = _ACTION.findall(text)
+    if not found:
+        if "<action>" in text:
+            return ParsedAction(None, think, error="unterminated <action> tag")
+        return ParsedAction(None, think, error="no <action> tag")
+    if len(found) > 1:
+        return ParsedAction(None, think, error="more than one <action> tag")
+    action = _WS.sub(" ", found[0]).strip()
+    if not action:
+        return ParsedAction(None, think, error="empty action")
+    if "<" in action or ">" in action:
+        return ParsedAction(None, think, error="nested tag inside <action>")
+    if len(action) > max_action_chars:
+        return ParsedAction(None, think, error="action too long")
+    return ParsedAction(action, think)

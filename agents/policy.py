@@ -1,0 +1,55 @@
+"""The policy interface every rollout backend implements.
+
+A policy turns token-id prompts into sampled continuations with their
+sampling log-probabilities, and scores given token spans.  Backends (the
+transformers one here, vLLM on GPU) differ only in how they do it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if not self.greedy and self.temperature <= 0:
+            raise ValueError("temperature must be > 0 when sampling (use greedy=True)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One continuation: ids as sampled, their log-probs, and whether a stop token ended it."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    stopped: bool
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the rollout loop needs from a model."""
+
+    stop_token_ids: tuple[int, ...]
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Sample]:
+        """Samples one continuation per prompt (token ids in, token ids out)."""
+        ...
+
+    def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Log-prob of every token given its prefix (entry 0 is 0.0)."""
+        ...
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of a response, without its trailing stop token."""
+        ...

@@ -1,0 +1,171 @@
+"""Batched multi-turn rollout loop (token-in-token-out).
+
+All live episodes of a batch are advanced together: one batched ``generate``
+call per turn, then one env step per episode.  The context of each episode is
+the list of token ids the policy saw and sampled; observations are appended as
+chat-formatted token deltas, and the loss mask is 0 on them by construction
+(prompt tokens vs response tokens), with no token scanning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+
+from ..types import StopReason, Trajectory, TrajectoryGroup, Turn
+from .parsing import INVALID_FORMAT_MESSAGE, parse_action
+from .policy import Policy, SamplingParams
+from .prompting import ChatPrompter
+
+# info keys too bulky to keep on every turn
+_DROP_INFO = ("admissible_commands",)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    max_turns: int = 50
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+    max_context_tokens: int = 4096
+    max_invalid_streak: int = 0  # 0 disables the cut-off
+    require_think: bool = False
+    keep_admissible: bool = False
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.greedy)
+
+
+@dataclass
+class _Episode:
+    env: gym.Env
+    task_seed: int
+    group_id: str
+    context: list[int]
+    pending: list[int]
+    task_id: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    done: bool = False
+    stop: StopReason = StopReason.MAX_TURNS
+    total_reward: float = 0.0
+    success: bool = False
+    invalid_streak: int = 0
+    info0: dict = field(default_factory=dict)
+
+
+class EnvPool:
+    """Reuses env instances across rollout batches (creation can be costly)."""
+
+    def __init__(self, make_env: Callable[[], gym.Env]):
+        self.make_env = make_env
+        self._free: list[gym.Env] = []
+
+    def take(self, n: int) -> list[gym.Env]:
+        while len(self._free) < n:
+            self._free.append(self.make_env())
+        out, self._free = self._free[:n], self._free[n:]
+        return out
+
+    def give(self, envs: Sequence[gym.Env]) -> None:
+        self._free.extend(envs)
+
+
+def _clean_info(info: dict, keep_admissible: bool) -> dict:
+    if keep_admissible:
+        return dict(info)
+    return {k: v for k, v in info.items() if k not in _DROP_INFO}
+
+
+def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: Sequence[int],
+            group_size: int, cfg: RolloutConfig, policy_version: int = 0,
+            reset_options: dict | None = None, progress: Callable[[int], None] | None = None
+            ) -> list[TrajectoryGroup]:
+    """Runs ``group_size`` episodes for each task seed; returns one group per seed."""
+    if group_size < 1:
+        raise ValueError("group_size must be >= 1")
+    envs = pool.take(len(task_seeds) * group_size)
+    episodes: list[_Episode] = []
+    for k, seed in enumerate(task_seeds):
+        for g in range(group_size):
+            env = envs[k * group_size + g]
+            obs, info = env.reset(seed=int(seed), options=reset_options)
+            ids = prompter.initial_ids(obs)
+            tid = str(info.get("task_id", f"seed-{seed}"))
+            episodes.append(_Episode(env, int(seed), f"{tid}#{k}", list(ids), list(ids), tid,
+                                     info0=_clean_info(info, cfg.keep_admissible)))
+    params = cfg.sampling()
+    # backends with a KV session only prefill each turn's new tokens
+    session = policy.open_session(len(episodes)) if hasattr(policy, "open_session") else None
+    try:
+        for turn_idx in range(cfg.max_turns):
+            live_idx = [i for i, e in enumerate(episodes) if not e.done]
+            if not live_idx:
+                break
+            live = [episodes[i] for i in live_idx]
+            if session is not None:
+                samples = session.generate(live_idx, [e.pending for e in live], params)
+            else:
+                samples = policy.generate([e.context for e in live], params)
+            for e, s in zip(live, samples):
+                _advance(e, s, policy, prompter, cfg, turn_idx)
+            if progress is not None:
+                progress(len(live))
+    finally:
+        pool.give(envs)
+    groups: dict[str, list[Trajectory]] = {}
+    for e in episodes:
+        traj = Trajectory(tuple(e.turns), e.total_reward, e.success, e.stop, e.task_id,
+                          e.group_id, policy_version,
+                          {"task_seed": e.task_seed, **e.info0})
+        groups.setdefault(e.group_id, []).append(traj)
+    return [TrajectoryGroup(tuple(v), v[0].task_id) for v in groups.values()]
+
+
+def _advance(e: _Episode, s, policy: Policy, prompter: ChatPrompter, cfg: RolloutConfig,
+             turn_idx: int) -> None:
+    text = policy.decode(s.token_ids)
+    parsed = parse_action(text, require_think=cfg.require_think)
+    action = parsed.action or ""
+    info: dict[str, Any]
+    try:
+        obs, reward, terminated, truncated, info = e.env.step(action)
+    except Exception as exc:  # an env bug must not kill the whole batch
+        obs, reward, terminated, truncated = f"Error: {type(exc).__name__}: {exc}", 0.0, True, False
+        info = {"env_error": repr(exc)}
+        e.stop = StopReason.ERROR
+    shown = obs if parsed.ok else f"{INVALID_FORMAT_MESSAGE} {obs}"
+    info = _clean_info(info, cfg.keep_admissible)
+    info["valid_format"] = parsed.ok
+    if parsed.error:
+        info["format_error"] = parsed.error
+    info.setdefault("valid_action", parsed.ok)
+    e.turns.append(Turn(tuple(e.pending), tuple(s.token_ids), (1,) * len(s.token_ids),
+                        tuple(s.logprobs), action, shown, float(reward), info))
+    e.total_reward += float(reward)
+    e.invalid_streak = 0 if parsed.ok else e.invalid_streak + 1
+    if info.get("won"):
+        e.success = True
+    if e.stop is StopReason.ERROR:
+        e.done = True
+        return
+    if terminated:
+        e.done = True
+        e.success = e.success or reward > 0
+        e.stop = StopReason.WON if e.success else StopReason.TERMINATED
+        return
+    if truncated or turn_idx + 1 >= cfg.max_turns:
+        e.done, e.stop = True, StopReason.MAX_TURNS
+        return
+    if cfg.max_invalid_streak and e.invalid_streak >= cfg.max_invalid_streak:
+        e.done, e.stop = True, StopReason.INVALID
+        return
+    delta = prompter.observation_ids(shown, response_stopped=s.stopped)
+    if len(e.context) + len(s.token_ids) + len(delta) + cfg.max_new_tokens > cfg.max_context_tokens:
+        e.done, e.stop = True, StopReason.CONTEXT
+        return
+    e.context.extend(s.token_ids)
+    e.context.extend(delta)
+    e.pending = delta

@@ -1,0 +1,42 @@
+"""Outcome GRPO: the baseline every turn-level method is compared against.
+
+For a group of G rollouts with outcome rewards r_1..r_G::
+
+    A_i = (r_i - mean(r)) / (std(r) + eps)      (std_normalize=True, Dr.GRPO: False)
+
+computed at trajectory level, then broadcast to every turn of trajectory i.
+A group whose rewards are all equal carries no signal and gets A = 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..types import CreditAssignment, TrajectoryGroup
+from .registry import CreditContext, register_estimator
+
+
+def group_normalize(rewards: np.ndarray, std_normalize: bool = True, eps: float = 1e-6,
+                    ddof: int = 1) -> np.ndarray:
+    """Group-relative advantages of a 1-D reward vector."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.size <= 1:
+        return np.zeros_like(r)
+    adv = r - r.mean()
+    if std_normalize:
+        adv = adv / (r.std(ddof=ddof) + eps)
+    return adv
+
+
+@register_estimator("grpo")
+def grpo(group: TrajectoryGroup, cfg: Mapping[str, Any], ctx: CreditContext | None = None
+         ) -> CreditAssignment:
+    """Knobs: ``std_normalize`` (True), ``eps`` (1e-6), ``ddof`` (1, as torch.std)."""
+    rewards = np.array(group.outcome_rewards())
+    adv = group_normalize(rewards, bool(cfg.get("std_normalize", True)),
+                          float(cfg.get("eps", 1e-6)), int(cfg.get("ddof", 1)))
+    turn_adv = tuple(tuple([float(a)] * t.num_turns) for a, t in zip(adv, group))
+    return CreditAssignment(turn_adv, metrics={"reward_mean": float(rewards.mean()),
+                                               "reward_std": float(rewards.std())})

@@ -1,0 +1,64 @@
+"""Registry of credit estimators.
+
+An estimator is a pure function ``(group, config) -> CreditAssignment`` over
+one :class:`~turngym.types.TrajectoryGroup`.  Estimators that need model
+scores, branch rollouts or a judge receive those services through
+``CreditContext`` rather than importing a backend, so they stay
+backend-independent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from ..types import CreditAssignment, TrajectoryGroup
+
+
+@dataclass
+class CreditContext:
+    """Services an estimator may call (all optional)."""
+
+    policy: Any = None  # current policy (Policy protocol): .score(...)
+    reference: Any = None  # frozen reference policy
+    extras: dict = field(default_factory=dict)
+
+
+class Estimator(Protocol):
+    def __call__(self, group: TrajectoryGroup, cfg: Mapping[str, Any],
+                 ctx: CreditContext | None = None) -> CreditAssignment: ...
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    def deco(fn: Estimator) -> Estimator:
+        if name in _REGISTRY and _REGISTRY[name] is not fn:
+            raise ValueError(f"credit estimator {name!r} is already registered")
+        _REGISTRY[name] = fn
+        return fn
+    return deco
+
+
+def get_estimator(name: str) -> Estimator:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown credit estimator {name!r}; registered: {sorted(_REGISTRY)}") from None
+
+
+def list_estimators() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def assign_credit(name: str, groups: Sequence[TrajectoryGroup], cfg: Mapping[str, Any] | None = None,
+                  ctx: CreditContext | None = None) -> list[CreditAssignment]:
+    """Runs estimator ``name`` on every group and validates the shapes it returns."""
+    est = get_estimator(name)
+    out = []
+    for g in groups:
+        res = est(g, dict(cfg or {}), ctx)
+        res.validate(g)
+        out.append(res)
+    return out

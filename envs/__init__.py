@@ -1,0 +1,38 @@
+"""Text environments, registered with gymnasium under the ``turngym/`` namespace.
+
+Registration uses gymnasium's own registry with ``"module:Class"`` entry points,
+so ``gymnasium.make("turngym/TextWorld-v0")`` works after ``import turngym``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from .base import TextEnv
+
+ENV_SPECS: dict[str, dict] = {
+    "turngym/TextWorld-v0": {
+        "entry_point": "turngym.envs.textworld.env:TextWorldEnv",
+        "max_episode_steps": 50,
+        "description": "ALFWorld-like household tasks (6 task types, seen/unseen layouts)",
+    },
+}
+
+
+def register_all() -> None:
+    """Registers every bundled env (idempotent)."""
+    for env_id, spec in ENV_SPECS.items():
+        if env_id in gym.registry:
+            continue
+        gym.register(id=env_id, entry_point=spec["entry_point"],
+                     max_episode_steps=spec.get("max_episode_steps"),
+                     disable_env_checker=False)
+
+
+def list_envs() -> list[tuple[str, str]]:
+    return [(k, v.get("description", "")) for k, v in ENV_SPECS.items()]
+
+
+register_all()
+
+__all__ = ["TextEnv", "ENV_SPECS", "register_all", "list_envs"]

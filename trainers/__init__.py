@@ -1,0 +1,1 @@
+"""Trainers: warm-start SFT, PPO-clip/GRPO policy gradient, checkpoints, metrics, eval."""

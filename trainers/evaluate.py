@@ -1,0 +1,43 @@
+"""Evaluation: success per task type, mean turns, invalid-action and format-error rates."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from ..types import Trajectory, TrajectoryGroup
+
+
+def summarize(groups: Sequence[TrajectoryGroup]) -> dict:
+    """Aggregate metrics over trajectories (used for both train batches and eval)."""
+    trajs: list[Trajectory] = [t for g in groups for t in g]
+    if not trajs:
+        return {}
+    n_turns = sum(t.num_turns for t in trajs)
+    invalid = sum(1 for t in trajs for x in t.turns if not x.info.get("valid_action", True))
+    bad_fmt = sum(1 for t in trajs for x in t.turns if not x.info.get("valid_format", True))
+    by_type: dict[str, list[float]] = defaultdict(list)
+    stops: dict[str, int] = defaultdict(int)
+    for t in trajs:
+        by_type[str(t.info.get("task_type", "all"))].append(float(t.success))
+        stops[t.stop_reason.value] += 1
+    out = {
+        "success": sum(t.success for t in trajs) / len(trajs),
+        "mean_reward": sum(t.outcome_reward for t in trajs) / len(trajs),
+        "mean_turns": n_turns / len(trajs),
+        "invalid_action_rate": invalid / max(1, n_turns),
+        "format_error_rate": bad_fmt / max(1, n_turns),
+        "episodes": len(trajs),
+        "success_by_type": {k: sum(v) / len(v) for k, v in sorted(by_type.items())},
+        "stop_reasons": dict(sorted(stops.items())),
+    }
+    return out
+
+
+def format_report(name: str, m: dict) -> str:
+    lines = [f"{name}: success {m['success']:.3f} | mean turns {m['mean_turns']:.2f} | "
+             f"invalid-action rate {m['invalid_action_rate']:.3f} | "
+             f"format errors {m['format_error_rate']:.3f} | episodes {m['episodes']}"]
+    for k, v in m.get("success_by_type", {}).items():
+        lines.append(f"    {k:<28s} {v:.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""Metrics: JSONL (always), tensorboard (if installed), learning-curve PNG."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLogger:
+    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tb = None
+        if tensorboard_dir is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self._tb = SummaryWriter(str(tensorboard_dir))
+            except Exception:  # tensorboard is optional
+                self._tb = None
+
+    def log(self, step: int, phase: str, metrics: dict[str, Any]) -> None:
+        rec = {"step": step, "phase": phase, "time": time.time(), **metrics}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec, default=float) + "\n")
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self._tb.add_scalar(f"{phase}/{k}", v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """Records in file order; for a step logged twice in a phase (a resumed run)
+    the later record wins."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    recs: dict[tuple, dict] = {}
+    for line in p.read_text().splitlines():
+        if line.strip():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:  # a torn last line after a crash
+                continue
+            recs[(r.get("phase"), r.get("step"), r.get("split"))] = r
+    return list(recs.values())
+
+
+def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = read_metrics(metrics_path)
+    train = sorted((r for r in recs if r["phase"] == "rl"), key=lambda r: r["step"])
+    evals = [r for r in recs if r["phase"] == "eval"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    if train:
+        steps = [r["step"] for r in train]
+        succ = [r.get("success_rate", 0.0) for r in train]
+        ax.plot(steps, succ, alpha=0.35, label="train success (per step)")
+        k = max(1, len(succ) // 10)
+        smooth = [sum(succ[max(0, i - k + 1): i + 1]) / len(succ[max(0, i - k + 1): i + 1])
+                  for i in range(len(succ))]
+        ax.plot(steps, smooth, label=f"train success (mean of {k})")
+    for split in sorted({r.get("split") for r in evals}):
+        pts = sorted((r["step"], r["success"]) for r in evals if r.get("split") == split)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"eval {split}")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.set_title("success")
+    ax = axes[1]
+    if train:
+        ax.plot([r["step"] for r in train], [r.get("mean_turns", 0) for r in train],
+                label="mean turns")
+        ax2 = ax.twinx()
+        ax2.plot([r["step"] for r in train], [r.get("invalid_action_rate", 0) for r in train],
+                 color="tab:red", label="invalid-action rate")
+        ax2.set_ylabel("invalid-action rate")
+        ax2.legend(loc="upper right", fontsize=8)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("turns")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("episode length / invalid actions")
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

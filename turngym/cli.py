@@ -1,0 +1,76 @@
+"""Command line: ``turngym train | eval | envs``.
+
+    turngym train --config quickstart rl.steps=20 output_dir=runs/x
+    turngym train --config quickstart --resume
+    turngym eval  --config quickstart --checkpoint runs/quickstart/final
+    turngym envs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from omegaconf.errors import OmegaConfBaseException
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="turngym", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="warm-start + RL training, then evaluation")
+    t.add_argument("--config", default="quickstart", help="bundled config name or YAML path")
+    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    t.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    t.add_argument("overrides", nargs="*", help="dot-overrides, e.g. rl.steps=10")
+    e = sub.add_parser("eval", help="evaluate a model directory on the eval splits")
+    e.add_argument("--config", default="quickstart")
+    e.add_argument("--checkpoint", required=True, help="model dir (e.g. runs/quickstart/final)")
+    e.add_argument("--split", action="append", help="split(s) to evaluate (default: config)")
+    e.add_argument("--json", help="also write the metrics to this file")
+    e.add_argument("overrides", nargs="*")
+    sub.add_parser("envs", help="list registered turngym environments")
+    sub.add_parser("credits", help="list registered credit estimators")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "envs":
+        from .envs import list_envs
+        for env_id, desc in list_envs():
+            print(f"{env_id:<28s} {desc}")
+        return 0
+    if args.command == "credits":
+        from .credit import list_estimators
+        print("\n".join(list_estimators()))
+        return 0
+    from .config import load_config
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (OmegaConfBaseException, FileNotFoundError, ValueError) as exc:
+        print(f"turngym: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    from .trainers.pipeline import evaluate_checkpoint, train
+    if args.command == "train":
+        summary = train(cfg, resume=args.resume, progress=not args.no_progress)
+        _print_comparison(summary)
+        return 0
+    res = evaluate_checkpoint(cfg, args.checkpoint, args.split)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+def _print_comparison(summary: dict) -> None:
+    ws, fin = summary.get("warmstart_eval", {}), summary.get("final_eval", {})
+    for split in fin:
+        a, b = ws.get(split, {}).get("success"), fin[split]["success"]
+        if a is not None:
+            print(f"[{split}] success: warm-start {a:.3f} -> after RL {b:.3f} ({b - a:+.3f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

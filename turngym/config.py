@@ -1,0 +1,151 @@
+"""Typed configuration: dataclass schema + YAML file + CLI dot-overrides (omegaconf).
+
+``load_config("quickstart", ["rl.steps=10"])`` finds ``configs/quickstart.yaml``
+(a bundled name or a path), merges it onto the schema and applies overrides.
+Unknown keys and wrongly typed values fail with omegaconf's clear message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class EnvConfig:
+    id: str = "turngym/TextWorld-v0"
+    kwargs: dict = field(default_factory=dict)
+    train_split: str = "train"
+    eval_splits: list = field(default_factory=lambda: ["valid_seen", "valid_unseen"])
+    split_kwarg: str = "split"
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "tiny"  # tiny | hf
+    path: Optional[str] = None  # HF model dir (kind=hf) or a turngym checkpoint
+    gguf_file: Optional[str] = None
+    hidden_size: int = 128
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: Optional[int] = None
+    max_positions: int = 2048
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+@dataclass
+class AgentConfig:
+    system_prompt: str = ("You are a household agent. Act with one command per turn as "
+                          "<action> command </action> .")
+    action_format: str = "<action> {action} </action>"
+    max_turns: int = 50
+    max_new_tokens: int = 24
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_context_tokens: int = 2048
+    max_invalid_streak: int = 0
+    require_think: bool = False
+    max_batch_size: int = 64
+
+
+@dataclass
+class WarmstartConfig:
+    enabled: bool = True
+    num_demos: int = 1000
+    epsilon: float = 0.2
+    epochs: int = 3
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    batch_size: int = 32
+    token_budget: int = 16384
+    warmup_steps: int = 20
+
+
+@dataclass
+class CreditConfig:
+    name: str = "grpo"
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class RLConfig:
+    steps: int = 50
+    tasks_per_step: int = 8
+    group_size: int = 8
+    task_pool: Optional[int] = None  # sample train tasks from [0, task_pool); None = fresh
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    ppo_epochs: int = 1
+    minibatches: int = 1
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    grad_clip: float = 1.0
+    token_budget: int = 32768
+    loss_agg: str = "token_mean"  # token_mean | seq_mean_token_mean
+    recompute_logprobs: bool = True
+    credit: CreditConfig = field(default_factory=CreditConfig)
+
+
+@dataclass
+class EvalConfig:
+    num_tasks: int = 60
+    temperature: float = 1.0
+    greedy: bool = False
+    every: int = 0  # RL steps between evals (0: only before and after RL)
+    seed_offset: int = 0
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10
+    keep: int = 2
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    output_dir: str = "runs/default"
+    threads: int = 2
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+def config_path(name: str) -> Path:
+    """A bundled config name (``quickstart``) or a path to a YAML file."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    stem = p.stem if p.suffix in (".yaml", ".yml") else name
+    bundled = resources.files("turngym.configs").joinpath(f"{stem}.yaml")
+    if bundled.is_file():
+        return Path(str(bundled))
+    names = sorted(x.name[:-5] for x in resources.files("turngym.configs").iterdir()
+                   if x.name.endswith(".yaml"))
+    raise FileNotFoundError(f"no config {name!r}: not a file, and bundled configs are {names}")
+
+
+def load_config(name: str | None = None, overrides: Sequence[str] = ()) -> DictConfig:
+    cfg = OmegaConf.structured(TrainConfig)
+    if name is not None:
+        cfg = OmegaConf.merge(cfg, OmegaConf.load(config_path(name)))
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ValueError(f"overrides must look like key=value, got {bad}")
+    if overrides:
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)

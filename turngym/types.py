@@ -1,0 +1,192 @@
+"""The whole trajectory protocol in one file.
+
+Everything that flows from rollout to credit to trainer is one of these frozen
+dataclasses.  They hold token ids exactly as sampled (token-in-token-out: the
+trainer never re-tokenises decoded text), so the sequence a trainer scores is
+bit-identical to the one the policy produced.
+
+Layout of one trajectory as a flat token sequence::
+
+    turn 0: [prompt_ids (system + first observation)] [response_ids]
+    turn 1: [prompt_ids (observation delta)]          [response_ids]
+    ...
+
+``prompt_ids`` of turn t > 0 holds only the *new* context tokens appended
+before that turn's response (the chat-formatted observation), so storing a
+trajectory is O(total tokens), not O(turns^2).  Loss mask is 0 on every prompt
+token and ``response_mask`` on response tokens.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Mapping, Sequence
+
+__all__ = [
+    "StopReason",
+    "Turn",
+    "Trajectory",
+    "TrajectoryGroup",
+    "CreditAssignment",
+]
+
+
+class StopReason(str, enum.Enum):
+    """Why a trajectory ended."""
+
+    ANSWERED = "answered"  # the agent gave a final answer (QA / tool tasks)
+    WON = "won"  # the environment reports the goal reached
+    MAX_TURNS = "max_turns"  # turn budget of the rollout or env step limit hit
+    INVALID = "invalid"  # too many consecutive malformed outputs
+    CONTEXT = "context"  # the token budget of the context window ran out
+    ERROR = "error"  # the environment raised; the episode was cut off
+    TERMINATED = "terminated"  # env ended for another reason (e.g. failure state)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One agent action and the environment's answer to it.
+
+    Attributes:
+        prompt_ids: context tokens appended before this response (see module doc).
+        response_ids: tokens the policy sampled, ending with a stop token if it stopped.
+        response_mask: 1 where the token is trained on, 0 where not (same length
+            as ``response_ids``).
+        logprobs: sampling log-probabilities of ``response_ids`` (behaviour policy).
+        action_text: the parsed action sent to the env ("" when unparseable).
+        observation: the env's text answer (shown to the agent in the next turn).
+        reward: env reward for this step.
+        info: env info of this step plus agent-side flags (``valid_format``,
+            ``valid_action``, ``state_key``, ...).  Privileged keys stay here
+            and never reach the prompt.
+    """
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    response_mask: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    action_text: str
+    observation: str
+    reward: float = 0.0
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if len(self.response_mask) != n or len(self.logprobs) != n:
+            raise ValueError(
+                f"response_ids ({n}), response_mask ({len(self.response_mask)}) and "
+                f"logprobs ({len(self.logprobs)}) must have equal length"
+            )
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A whole episode of one rollout."""
+
+    turns: tuple[Turn, ...]
+    outcome_reward: float
+    success: bool
+    stop_reason: StopReason
+    task_id: str
+    group_id: str
+    policy_version: int = 0
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    def token_ids(self) -> list[int]:
+        """The flat token sequence the policy saw and produced."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend(t.prompt_ids)
+            out.extend(t.response_ids)
+        return out
+
+    def loss_mask(self) -> list[int]:
+        """1 on trained response tokens, 0 on every prompt/observation token."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend([0] * len(t.prompt_ids))
+            out.extend(t.response_mask)
+        return out
+
+    def response_spans(self) -> list[tuple[int, int]]:
+        """[start, end) of each turn's response in :meth:`token_ids`."""
+        spans, pos = [], 0
+        for t in self.turns:
+            pos += len(t.prompt_ids)
+            spans.append((pos, pos + len(t.response_ids)))
+            pos += len(t.response_ids)
+        return spans
+
+    def boundary_positions(self) -> list[int]:
+        """Token index just after each turn's response (where the next context starts)."""
+        return [end for _, end in self.response_spans()]
+
+    def with_(self, **changes: Any) -> "Trajectory":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TrajectoryGroup:
+    """G rollouts of the same task (same seed): the unit credit modules normalise over."""
+
+    trajectories: tuple[Trajectory, ...]
+    task_id: str
+
+    def __post_init__(self) -> None:
+        if not self.trajectories:
+            raise ValueError("a TrajectoryGroup needs at least one trajectory")
+        bad = {t.task_id for t in self.trajectories} - {self.task_id}
+        if bad:
+            raise ValueError(f"group {self.task_id!r} holds trajectories of other tasks: {bad}")
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __iter__(self) -> Iterator[Trajectory]:
+        return iter(self.trajectories)
+
+    def outcome_rewards(self) -> list[float]:
+        return [t.outcome_reward for t in self.trajectories]
+
+
+@dataclass(frozen=True)
+class CreditAssignment:
+    """What a credit module returns for one group.
+
+    Attributes:
+        turn_advantages: for each trajectory, one advantage per turn.
+        token_advantages: optional per-token override for a trajectory's
+            response tokens (one entry per turn, aligned with ``response_ids``),
+            used by estimators whose credit segments do not follow turns.
+        metrics: scalars for logging (means over the group).
+    """
+
+    turn_advantages: tuple[tuple[float, ...], ...]
+    token_advantages: tuple[tuple[tuple[float, ...], ...] | None, ...] | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    def validate(self, group: TrajectoryGroup) -> None:
+        if len(self.turn_advantages) != len(group):
+            raise ValueError("one advantage row per trajectory expected")
+        for adv, traj in zip(self.turn_advantages, group):
+            if len(adv) != traj.num_turns:
+                raise ValueError(
+                    f"trajectory with {traj.num_turns} turns got {len(adv)} advantages"
+                )
+
+
+def group_by_task(trajectories: Sequence[Trajectory]) -> list[TrajectoryGroup]:
+    """Groups trajectories by ``group_id`` keeping first-seen order."""
+    buckets: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        buckets.setdefault(t.group_id, []).append(t)
+    return [TrajectoryGroup(tuple(v), v[0].task_id) for v in buckets.values()]
