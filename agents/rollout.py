@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 
 from ..types import StopReason, Trajectory, TrajectoryGroup, Turn
+from .observation import render_observation
 from .parsing import INVALID_FORMAT_MESSAGE, parse_action
 from .policy import Policy, SamplingParams
 from .prompting import ChatPrompter
@@ -34,6 +35,7 @@ class RolloutConfig:
     max_invalid_streak: int = 0  # 0 disables the cut-off
     require_think: bool = False
     keep_admissible: bool = False
+    show_admissible: bool = False  # append info["admissible_commands"] to what the agent sees
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.greedy)
@@ -92,7 +94,7 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
         for g in range(group_size):
             env = envs[k * group_size + g]
             obs, info = env.reset(seed=int(seed), options=reset_options)
-            ids = prompter.initial_ids(obs)
+            ids = prompter.initial_ids(render_observation(obs, info, cfg.show_admissible))
             tid = str(info.get("task_id", f"seed-{seed}"))
             episodes.append(_Episode(env, int(seed), f"{tid}#{k}", list(ids), list(ids), tid,
                                      info0=_clean_info(info, cfg.keep_admissible)))
@@ -136,7 +138,8 @@ def _advance(e: _Episode, s, policy: Policy, prompter: ChatPrompter, cfg: Rollou
         obs, reward, terminated, truncated = f"Error: {type(exc).__name__}: {exc}", 0.0, True, False
         info = {"env_error": repr(exc)}
         e.stop = StopReason.ERROR
-    shown = obs if parsed.ok else f"{INVALID_FORMAT_MESSAGE} {obs}"
+    shown = render_observation(obs, info, cfg.show_admissible)
+    shown = shown if parsed.ok else f"{INVALID_FORMAT_MESSAGE} {shown}"
     info = _clean_info(info, cfg.keep_admissible)
     info["valid_format"] = parsed.ok
     if parsed.error:

@@ -149,3 +149,16 @@ def test_kv_session_rollout_equals_full_context_rollout(tiny_stack):
             assert ta.token_ids() == tb.token_ids()
             for x, y in zip(ta.turns, tb.turns):
                 assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+
+
+def test_admissible_commands_can_be_shown_to_the_agent(tiny_stack):
+    from turngym.agents.observation import render_observation
+    assert render_observation("obs", {"admissible_commands": ["look", "inventory"]}, True) == \
+        "obs\nAdmissible: look | inventory"
+    assert render_observation("obs", {"admissible_commands": ["look"]}, False) == "obs"
+    tok, _, prompter = tiny_stack
+    pol = ScriptedPolicy(tok, [f"<action> look </action> {tok.eos_token}"])
+    (g,) = rollout(pol, prompter, EnvPool(lambda: TextWorldEnv()), [0], 1,
+                   RolloutConfig(max_turns=2, max_new_tokens=8, show_admissible=True))
+    shown = g.trajectories[0].turns[0].observation
+    assert "Admissible: go to" in shown and "admissible_commands" not in g.trajectories[0].turns[0].info

@@ -1,8 +1,12 @@
 """Warm-start demonstrations from an env's expert (``env.unwrapped.oracle_action``).
 
-With ``epsilon`` > 0 the expert's action is replaced at random by an admissible
-one (the expert recovers), so the warm-started policy inherits some of that noise
-and RL has something real to fix.  Only successful demos are kept.
+Noise injection (DART-style): with probability ``epsilon`` the expert's action is
+replaced by a random admissible one, and with probability ``corrupt`` by a
+corrupted copy of the expert action (one word swapped, usually invalid: "Nothing
+happens.").  The expert then recovers.  Injected actions get loss mask 0 unless
+``train_on_noise``, so the policy learns to *recover* from detours and invalid
+actions it will make itself, without learning to make them.  Only successful
+demos are kept.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Callable
 
 import gymnasium as gym
 
+from ..agents.observation import render_observation
 from ..agents.prompting import ChatPrompter
 from .batching import TokenRow
 
@@ -20,12 +25,22 @@ from .batching import TokenRow
 @dataclass(frozen=True)
 class Demo:
     first_observation: str
-    steps: tuple[tuple[str, str], ...]  # (action, observation)
+    steps: tuple[tuple[str, str, bool], ...]  # (action, observation, is_expert)
     task_id: str
 
 
+def corrupt_action(action: str, words: list[str], rng: random.Random) -> str:
+    parts = action.split()
+    if not parts or not words:
+        return action
+    parts[rng.randrange(len(parts))] = rng.choice(words)
+    return " ".join(parts)
+
+
 def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, seed: int,
-                  max_turns: int, progress=None) -> list[Demo]:
+                  max_turns: int, progress=None, show_admissible: bool = False,
+                  corrupt: float = 0.0) -> list[Demo]:
+    """Observations are stored as the agent would see them (see ``render_observation``)."""
     env = make_env()
     expert = getattr(env.unwrapped, "oracle_action", None)
     if expert is None:
@@ -33,17 +48,28 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
                         "disable warmstart or give the env an expert")
     rng = random.Random(seed)
     demos: list[Demo] = []
+    words: list[str] = []
     attempts = 0
     while len(demos) < num and attempts < 3 * num + 10:
         task_seed = rng.randrange(2**31 - 1)
         attempts += 1
         obs0, info = env.reset(seed=task_seed)
+        obs0 = render_observation(obs0, info, show_admissible)
         steps = []
         won = False
         for _ in range(max_turns):
-            a = env.unwrapped.oracle_action(rng, epsilon)
+            expert = env.unwrapped.oracle_action()
+            u = rng.random()
+            if u < epsilon:
+                a = rng.choice(info.get("admissible_commands") or [expert])
+            elif u < epsilon + corrupt:
+                a = corrupt_action(expert, words, rng)
+            else:
+                a = expert
             obs, reward, term, trunc, info = env.step(a)
-            steps.append((a, obs))
+            words.extend(w for w in obs.lower().replace(",", " ").replace(".", " ").split()
+                         if len(words) < 5000)
+            steps.append((a, render_observation(obs, info, show_admissible), a == expert))
             if term or trunc:
                 won = bool(term and reward > 0)
                 break
@@ -59,25 +85,25 @@ def demo_texts(demos: list[Demo]) -> list[str]:
     out = []
     for d in demos:
         out.append(d.first_observation)
-        for a, o in d.steps:
+        for a, o, _ in d.steps:
             out.append(a)
             out.append(o)
     return out
 
 
 def demo_rows(demos: list[Demo], prompter: ChatPrompter, tokenizer, action_format: str,
-              max_tokens: int) -> list[TokenRow]:
-    """Token rows with loss on the expert's responses only."""
+              max_tokens: int, train_on_noise: bool = False) -> list[TokenRow]:
+    """Token rows with loss on the expert's responses (and injected ones if asked)."""
     eos = tokenizer.eos_token_id
     rows = []
     for d in demos:
         ids = prompter.initial_ids(d.first_observation)
         mask = [0.0] * len(ids)
-        for k, (a, o) in enumerate(d.steps):
+        for k, (a, o, is_expert) in enumerate(d.steps):
             resp = list(tokenizer(action_format.format(action=a), add_special_tokens=False)
                         ["input_ids"]) + [eos]
             ids += resp
-            mask += [1.0] * len(resp)
+            mask += [1.0 if (is_expert or train_on_noise) else 0.0] * len(resp)
             if k + 1 < len(d.steps):
                 obs = prompter.observation_ids(o, response_stopped=True)
                 ids += obs

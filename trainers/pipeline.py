@@ -55,7 +55,8 @@ def rollout_config(cfg: DictConfig, *, temperature: float | None = None, greedy:
     return RolloutConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
                          temperature=a.temperature if temperature is None else temperature,
                          top_p=a.top_p, greedy=greedy, max_context_tokens=a.max_context_tokens,
-                         max_invalid_streak=a.max_invalid_streak, require_think=a.require_think)
+                         max_invalid_streak=a.max_invalid_streak, require_think=a.require_think,
+                         show_admissible=a.show_admissible)
 
 
 def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool = True) -> dict:
@@ -99,9 +100,13 @@ def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = 
     if ws.enabled or cfg.model.kind == "tiny":
         n = ws.num_demos if ws.enabled else min(ws.num_demos, 200)
         bar = tqdm(total=n, desc="collecting demos", leave=False, disable=not progress)
-        demos = collect_demos(make_train, n, ws.epsilon, cfg.seed, cfg.agent.max_turns,
-                              progress=bar.update)
+        demos = collect_demos(make_train, n, ws.epsilon, cfg.seed,
+                              ws.max_turns or cfg.agent.max_turns, progress=bar.update,
+                              show_admissible=cfg.agent.show_admissible, corrupt=ws.corrupt)
         bar.close()
+        if not demos:
+            raise RuntimeError("the expert solved no task within warmstart.max_turns; "
+                               "raise warmstart.max_turns or lower warmstart.epsilon")
     vocab_env = make_train()
     extra = list(getattr(vocab_env.unwrapped, "vocabulary", lambda: [])())
     vocab_env.close()
@@ -111,7 +116,7 @@ def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = 
     if ws.enabled:
         prompter = ChatPrompter(tok, cfg.agent.system_prompt)
         rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
-                         cfg.agent.max_context_tokens)
+                         cfg.agent.max_context_tokens, ws.train_on_noise)
         total = -(-len(rows) // ws.batch_size) * ws.epochs
         bar = tqdm(total=total, desc="warm-start SFT", leave=False, disable=not progress)
 

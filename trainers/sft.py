@@ -35,10 +35,7 @@ def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_siz
     history = []
     step = 0
     for epoch in range(epochs):
-        order = list(rows)
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
+        for batch in _length_grouped_batches(rows, batch_size, rng):
             n_tok = sum(sum(r.mask) for r in batch)
             opt.zero_grad(set_to_none=True)
             loss_sum = 0.0
@@ -59,3 +56,12 @@ def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_siz
                 on_step(step, rec)
             step += 1
     return history
+
+
+def _length_grouped_batches(rows: Sequence[TokenRow], batch_size: int, rng: random.Random
+                            ) -> list[list[TokenRow]]:
+    """Batches of similar-length rows (less padding), in random order each epoch."""
+    jittered = sorted(rows, key=lambda r: len(r.ids) + rng.random() * 16)
+    batches = [list(jittered[i:i + batch_size]) for i in range(0, len(jittered), batch_size)]
+    rng.shuffle(batches)
+    return batches

@@ -50,6 +50,7 @@ class AgentConfig:
     max_context_tokens: int = 2048
     max_invalid_streak: int = 0
     require_think: bool = False
+    show_admissible: bool = False
     max_batch_size: int = 64
 
 
@@ -57,13 +58,16 @@ class AgentConfig:
 class WarmstartConfig:
     enabled: bool = True
     num_demos: int = 1000
-    epsilon: float = 0.2
+    epsilon: float = 0.2  # random admissible action
+    corrupt: float = 0.0  # corrupted (usually invalid) expert action
+    train_on_noise: bool = False  # imitate injected actions too (else loss mask 0)
     epochs: int = 3
     lr: float = 3e-3
     weight_decay: float = 0.0
     batch_size: int = 32
     token_budget: int = 16384
     warmup_steps: int = 20
+    max_turns: int = 0  # step cap of a demo episode (0: agent.max_turns)
 
 
 @dataclass

@@ -1,0 +1,59 @@
+import subprocess
+import sys
+
+import pytest
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from turngym.cli import main
+from turngym.config import config_path, load_config
+
+
+def test_bundled_config_and_overrides():
+    cfg = load_config("quickstart", ["rl.steps=3", "env.kwargs.max_steps=7"])
+    assert cfg.rl.steps == 3 and cfg.env.kwargs.max_steps == 7
+    assert cfg.model.kind == "tiny"
+    assert config_path("quickstart").name == "quickstart.yaml"
+
+
+def test_unknown_keys_and_bad_types_fail_clearly():
+    with pytest.raises(ConfigKeyError):
+        load_config("quickstart", ["rl.stepz=3"])
+    with pytest.raises(ValidationError):
+        load_config("quickstart", ["rl.steps=many"])
+    with pytest.raises(ValueError, match="key=value"):
+        load_config("quickstart", ["rl.steps"])
+    with pytest.raises(FileNotFoundError, match="bundled configs"):
+        load_config("no_such_config")
+
+
+def test_cli_lists_envs_and_rejects_bad_config(capsys):
+    assert main(["envs"]) == 0
+    assert "turngym/TextWorld-v0" in capsys.readouterr().out
+    assert main(["credits"]) == 0
+    assert "grpo" in capsys.readouterr().out
+    assert main(["train", "--config", "quickstart", "rl.bogus=1"]) == 2
+    assert "bad configuration" in capsys.readouterr().err
+
+
+def test_console_module_entry_point_runs():
+    out = subprocess.run([sys.executable, "-m", "turngym", "envs"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "TextWorld" in out.stdout
+
+
+def test_wheel_installs_only_the_turngym_package(tmp_path):
+    """No top-level envs/credit/... module may land in site-packages."""
+    import pathlib
+    import zipfile
+    root = pathlib.Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                          "-q", "-w", str(tmp_path), str(root)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    (wheel,) = tmp_path.glob("turngym-*.whl")
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"turngym", next(t for t in tops if t.endswith(".dist-info"))}
+    names = zipfile.ZipFile(wheel).namelist()
+    for mod in ("envs/textworld/env.py", "agents/rollout.py", "credit/grpo.py",
+                "trainers/pipeline.py", "configs/quickstart.yaml", "types.py"):
+        assert f"turngym/{mod}" in names
