@@ -6,6 +6,11 @@ For a group of G rollouts with outcome rewards r_1..r_G::
 
 computed at trajectory level, then broadcast to every turn of trajectory i.
 A group whose rewards are all equal carries no signal and gets A = 0.
+
+Optional shaping (``invalid_penalty`` = λ, default 0): the reward used is
+``r_i - λ * (fraction of turns of trajectory i whose action the env rejected)``,
+so groups in which every rollout fails still rank rollouts that waste fewer turns
+(verl-agent penalises invalid actions in the same spirit).
 """
 
 from __future__ import annotations
@@ -30,11 +35,21 @@ def group_normalize(rewards: np.ndarray, std_normalize: bool = True, eps: float 
     return adv
 
 
+def invalid_fraction(traj) -> float:
+    if not traj.turns:
+        return 0.0
+    return sum(1 for t in traj.turns if not t.info.get("valid_action", True)) / len(traj.turns)
+
+
 @register_estimator("grpo")
 def grpo(group: TrajectoryGroup, cfg: Mapping[str, Any], ctx: CreditContext | None = None
          ) -> CreditAssignment:
-    """Knobs: ``std_normalize`` (True), ``eps`` (1e-6), ``ddof`` (1, as torch.std)."""
-    rewards = np.array(group.outcome_rewards())
+    """Knobs: ``std_normalize`` (True), ``eps`` (1e-6), ``ddof`` (1, as torch.std),
+    ``invalid_penalty`` (0.0)."""
+    rewards = np.array(group.outcome_rewards(), dtype=np.float64)
+    lam = float(cfg.get("invalid_penalty", 0.0))
+    if lam:
+        rewards = rewards - lam * np.array([invalid_fraction(t) for t in group])
     adv = group_normalize(rewards, bool(cfg.get("std_normalize", True)),
                           float(cfg.get("eps", 1e-6)), int(cfg.get("ddof", 1)))
     turn_adv = tuple(tuple([float(a)] * t.num_turns) for a, t in zip(adv, group))

@@ -57,3 +57,15 @@ def test_wheel_installs_only_the_turngym_package(tmp_path):
     for mod in ("envs/textworld/env.py", "agents/rollout.py", "credit/grpo.py",
                 "trainers/pipeline.py", "configs/quickstart.yaml", "types.py"):
         assert f"turngym/{mod}" in names
+
+
+def test_overrides_may_follow_flags(monkeypatch):
+    seen = {}
+    import turngym.trainers.pipeline as pipeline
+    monkeypatch.setattr(pipeline, "train", lambda cfg, resume, progress: seen.update(
+        cfg=cfg, resume=resume, progress=progress) or {})
+    assert main(["train", "rl.steps=4", "--resume", "--no-progress", "rl.lr=0.5"]) == 0
+    assert seen["cfg"].rl.steps == 4 and seen["cfg"].rl.lr == 0.5
+    assert seen["resume"] and not seen["progress"]
+    with pytest.raises(SystemExit):
+        main(["envs", "--bogus"])

@@ -43,3 +43,17 @@ def test_registry_lookup_errors_are_clear():
     assert "grpo" in list_estimators()
     with pytest.raises(KeyError, match="registered"):
         get_estimator("nope")
+
+
+def test_invalid_penalty_ranks_failed_rollouts_by_wasted_turns():
+    def traj(valid_flags, reward=0.0):
+        turns = tuple(Turn((1,), (2,), (1,), (-1.0,), "a", "o", info={"valid_action": v})
+                      for v in valid_flags)
+        return Trajectory(turns, reward, reward > 0, StopReason.MAX_TURNS, "task", "g")
+
+    g = TrajectoryGroup((traj([True, True]), traj([False, False]), traj([True, False])), "task")
+    (plain,) = assign_credit("grpo", [g])
+    assert all(a == 0.0 for adv in plain.turn_advantages for a in adv)
+    (shaped,) = assign_credit("grpo", [g], {"invalid_penalty": 0.5, "std_normalize": False})
+    # shaped rewards 0, -0.5, -0.25 -> mean -0.25
+    assert [adv[0] for adv in shaped.turn_advantages] == pytest.approx([0.25, -0.25, 0.0])

@@ -36,7 +36,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # dot-overrides may come before or after flags: "x=1 --resume y=2"
+    unknown = [x for x in extra if x.startswith("-") or "=" not in x]
+    if unknown or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     if args.command == "envs":
         from .envs import list_envs
         for env_id, desc in list_envs():
