@@ -70,7 +70,8 @@ def main() -> None:
     stats = trainer.update(groups, credits)
     dt = time.perf_counter() - t0
     print(f"train: {stats['train_tokens'] / dt:,.0f} tok/s forward+backward "
-          f"({int(stats['train_tokens'])} tokens incl. recomputed old log-probs, {dt:.2f}s)")
+          f"({int(stats['train_tokens'])} tokens, recompute_logprobs={cfg.rl.recompute_logprobs}, "
+          f"{dt:.2f}s)")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def test_policy_gradient_step_follows_the_sign_of_the_advantage(tiny_stack):
     tok, _, _ = tiny_stack
     torch.manual_seed(0)
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=3)
-    cfg = load_config("quickstart", ["rl.lr=0.01", "rl.clip_high=0.28"]).rl
+    cfg = load_config("quickstart", ["rl.lr=0.01", "rl.recompute_logprobs=true"]).rl
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     trainer = PolicyGradientTrainer(model, opt, cfg, tok.pad_token_id)
     good, bad = _traj([5, 6, 7], [8, 9], 1.0), _traj([5, 6, 7], [10, 11], 0.0)
