@@ -108,3 +108,17 @@ def test_two_step_training_run_and_resume(tmp_path):
     assert (out / "warmstart" / "model.safetensors").stat().st_mtime == warm_mtime  # no redo
     assert (out / "checkpoints" / "latest").read_text() == "step_000003"
     assert json.loads((out / "summary.json").read_text())["warmstart_eval"]
+
+
+def test_eval_cli_on_a_saved_model(tmp_path, tiny_stack):
+    from turngym.cli import main
+    from turngym.trainers.checkpoint import save_model_dir
+    tok, model, _ = tiny_stack
+    save_model_dir(tmp_path / "m", model, tok)
+    out = tmp_path / "eval.json"
+    rc = main(["eval", "--checkpoint", str(tmp_path / "m"), "--split", "valid_seen",
+               "--json", str(out), "eval.num_tasks=2", "agent.max_turns=2",
+               "agent.system_prompt=You are a household agent."])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["valid_seen"]["episodes"] == 2 and res["valid_seen"]["mean_turns"] <= 2
