@@ -122,3 +122,19 @@ def test_eval_cli_on_a_saved_model(tmp_path, tiny_stack):
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["valid_seen"]["episodes"] == 2 and res["valid_seen"]["mean_turns"] <= 2
+
+
+def test_kl_to_reference_is_zero_at_start_and_pulls_back(tiny_stack):
+    import copy
+    tok, _, _ = tiny_stack
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=5)
+    ref = copy.deepcopy(model).requires_grad_(False)
+    cfg = load_config("quickstart", ["rl.kl_coef=1.0", "rl.recompute_logprobs=true",
+                                     "rl.lr=0.01"]).rl
+    trainer = PolicyGradientTrainer(model, torch.optim.AdamW(model.parameters(), lr=cfg.lr), cfg,
+                                    tok.pad_token_id, ref_model=ref)
+    group = TrajectoryGroup((_traj([5, 6, 7], [8, 9], 1.0), _traj([5, 6, 7], [10, 11], 0.0)), "t")
+    first = trainer.update([group], [CreditAssignment(((1.0,), (-1.0,)))])
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
+    second = trainer.update([group], [CreditAssignment(((1.0,), (-1.0,)))])
+    assert second["kl"] > 0.0

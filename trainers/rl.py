@@ -89,7 +89,7 @@ class PolicyGradientTrainer:
                             ref[j, : len(r.ids)] = torch.tensor(refs[id(r)])
                         kl = kl_k3(logp, ref)
                         loss = loss + cfg.kl_coef * aggregate(kl, b.loss_mask, cfg.loss_agg, denom)
-                        stats["kl"] += float((kl * b.loss_mask).sum()) / n_tok
+                        stats["kl"] += float((kl.detach() * b.loss_mask).sum()) / n_tok
                     loss.backward()
                     with torch.no_grad():
                         stats["pg_loss"] += float(loss.item())
