@@ -38,7 +38,8 @@ def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (
     """``kind=tiny``: fit a word-level tokenizer on ``corpus`` and init a small Llama;
     ``kind=hf``: load ``path``."""
     if mcfg.kind == "tiny":
-        tok = build_tiny_tokenizer(corpus, extra_words)
+        tok = build_tiny_tokenizer(corpus, extra_words,
+                                   fuse_entities=getattr(mcfg, "fuse_entities", True))
         model = build_tiny_model(tok, mcfg.hidden_size, mcfg.num_layers, mcfg.num_heads,
                                  mcfg.intermediate_size, mcfg.max_positions, seed=seed)
         return model.to(dtype_of(mcfg.dtype)).to(mcfg.device), tok

@@ -1,15 +1,20 @@
-"""Turns raw model text into an env action (ALFWorld / verl-agent style tags).
+"""Turns raw model text into an env action.
 
-Expected output: optional ``<think>...</think>`` then exactly one
+Parsers live in a registry (``PARSERS``) chosen by ``agent.action_parser``:
+
+* ``action_tag`` (ALFWorld / verl-agent style tags), expected output: optional ``<think>...</think>`` then exactly one
 ``<action>...</action>``.  Anything else parses to ``action=None`` with an error
 string; the rollout shows the error as an observation and counts it, so bad
 output never crashes a run.
+* ``raw``: the whole response goes to the env, which owns its format (Search-R1's
+  ``<search>``/``<answer>``, Hermes ``<tool_call>``) and reports validity in info.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 _ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -52,3 +57,26 @@ def parse_action(text: str, require_think: bool = False, max_action_chars: int =
     if len(action) > max_action_chars:
         return ParsedAction(None, think, error="action too long")
     return ParsedAction(action, think)
+
+
+def parse_raw(text: str, require_think: bool = False, max_action_chars: int = 8192
+              ) -> ParsedAction:
+    """Pass-through for envs that parse the response themselves."""
+    if not isinstance(text, str):
+        return ParsedAction(None, error="output is not text")
+    think_m = _THINK.search(text)
+    think = think_m.group(1).strip() if think_m else None
+    if require_think and think is None:
+        return ParsedAction(None, error="missing <think> block")
+    return ParsedAction(text[:max_action_chars], think)
+
+
+PARSERS: dict[str, Callable[..., ParsedAction]] = {"action_tag": parse_action, "raw": parse_raw}
+
+
+def get_parser(name: str) -> Callable[..., ParsedAction]:
+    try:
+        return PARSERS[name]
+    except KeyError:
+        raise ValueError(f"unknown action parser {name!r}; choose one of {sorted(PARSERS)}"
+                         ) from None

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from ..types import StopReason, Trajectory, TrajectoryGroup, Turn
 from .observation import render_observation
-from .parsing import INVALID_FORMAT_MESSAGE, parse_action
+from .parsing import INVALID_FORMAT_MESSAGE, ParsedAction, get_parser
 from .policy import Policy, SamplingParams
 from .prompting import ChatPrompter
 
@@ -36,6 +36,10 @@ class RolloutConfig:
     require_think: bool = False
     keep_admissible: bool = False
     show_admissible: bool = False  # append info["admissible_commands"] to what the agent sees
+    action_parser: str = "action_tag"  # see agents.parsing.PARSERS
+
+    def __post_init__(self) -> None:
+        get_parser(self.action_parser)  # fail early on an unknown name
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.greedy)
@@ -99,6 +103,7 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
             episodes.append(_Episode(env, int(seed), f"{tid}#{k}", list(ids), list(ids), tid,
                                      info0=_clean_info(info, cfg.keep_admissible)))
     params = cfg.sampling()
+    parse = get_parser(cfg.action_parser)
     # backends with a KV session only prefill each turn's new tokens
     session = policy.open_session(len(episodes)) if hasattr(policy, "open_session") else None
     try:
@@ -111,8 +116,11 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
                 samples = session.generate(live_idx, [e.pending for e in live], params)
             else:
                 samples = policy.generate([e.context for e in live], params)
-            for e, s in zip(live, samples):
-                _advance(e, s, policy, prompter, cfg, turn_idx)
+            parsed = [parse(policy.decode(s.token_ids), require_think=cfg.require_think)
+                      for s in samples]
+            _prepare_steps(live, parsed)
+            for e, s, p in zip(live, samples, parsed):
+                _advance(e, s, p, prompter, cfg, turn_idx)
             if progress is not None:
                 progress(len(live))
     finally:
@@ -126,10 +134,26 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
     return [TrajectoryGroup(tuple(v), v[0].task_id) for v in groups.values()]
 
 
-def _advance(e: _Episode, s, policy: Policy, prompter: ChatPrompter, cfg: RolloutConfig,
+def _prepare_steps(live: Sequence[_Episode], parsed: Sequence[ParsedAction]) -> None:
+    """Lets env classes batch the expensive part of one turn's steps (e.g. one
+    retriever call for every search query) through an optional classmethod
+    ``prepare_steps(envs, actions)``; ``step`` stays the plain gymnasium API."""
+    by_cls: dict[type, tuple[list, list]] = {}
+    for e, p in zip(live, parsed):
+        env = e.env.unwrapped
+        if hasattr(type(env), "prepare_steps"):
+            envs, acts = by_cls.setdefault(type(env), ([], []))
+            envs.append(env)
+            acts.append(p.action or "")
+    for cls, (envs, acts) in by_cls.items():
+        try:
+            cls.prepare_steps(envs, acts)
+        except Exception:  # batching is an optimisation: step() still works alone
+            pass
+
+
+def _advance(e: _Episode, s, parsed: ParsedAction, prompter: ChatPrompter, cfg: RolloutConfig,
              turn_idx: int) -> None:
-    text = policy.decode(s.token_ids)
-    parsed = parse_action(text, require_think=cfg.require_think)
     action = parsed.action or ""
     info: dict[str, Any]
     try:
@@ -141,7 +165,7 @@ def _advance(e: _Episode, s, policy: Policy, prompter: ChatPrompter, cfg: Rollou
     shown = render_observation(obs, info, cfg.show_admissible)
     shown = shown if parsed.ok else f"{INVALID_FORMAT_MESSAGE} {shown}"
     info = _clean_info(info, cfg.keep_admissible)
-    info["valid_format"] = parsed.ok
+    info["valid_format"] = parsed.ok and bool(info.get("valid_format", True))
     if parsed.error:
         info["format_error"] = parsed.error
     info.setdefault("valid_action", parsed.ok)
@@ -156,8 +180,11 @@ def _advance(e: _Episode, s, policy: Policy, prompter: ChatPrompter, cfg: Rollou
         return
     if terminated:
         e.done = True
-        e.success = e.success or reward > 0
-        e.stop = StopReason.WON if e.success else StopReason.TERMINATED
+        e.success = bool(info["won"]) if "won" in info else (e.success or reward > 0)
+        if info.get("answered"):
+            e.stop = StopReason.ANSWERED
+        else:
+            e.stop = StopReason.WON if e.success else StopReason.TERMINATED
         return
     if truncated or turn_idx + 1 >= cfg.max_turns:
         e.done, e.stop = True, StopReason.MAX_TURNS

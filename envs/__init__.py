@@ -16,6 +16,11 @@ ENV_SPECS: dict[str, dict] = {
         "max_episode_steps": 50,
         "description": "ALFWorld-like household tasks (6 task types, seen/unseen layouts)",
     },
+    "turngym/SearchQA-v0": {
+        "entry_point": "turngym.envs.search.env:SearchQAEnv",
+        "max_episode_steps": None,  # the env's own max_turns truncates
+        "description": "Search-R1 style multi-hop QA over a FAISS/BM25 retriever (bundled wiki)",
+    },
 }
 
 

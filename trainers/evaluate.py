@@ -31,6 +31,15 @@ def summarize(groups: Sequence[TrajectoryGroup]) -> dict:
         "success_by_type": {k: sum(v) / len(v) for k, v in sorted(by_type.items())},
         "stop_reasons": dict(sorted(stops.items())),
     }
+    # QA envs report token F1 on the answering step; unanswered episodes score 0
+    if any("f1" in x.info for t in trajs for x in t.turns[-1:]):
+        f1s: dict[str, list[float]] = defaultdict(list)
+        for t in trajs:
+            last = t.turns[-1].info if t.turns else {}
+            f1s[str(t.info.get("task_type", "all"))].append(float(last.get("f1", 0.0)))
+        out["f1"] = sum(sum(v) for v in f1s.values()) / len(trajs)
+        out["f1_by_type"] = {k: sum(v) / len(v) for k, v in sorted(f1s.items())}
+        out["answered_rate"] = stops.get("answered", 0) / len(trajs)
     return out
 
 
@@ -38,6 +47,10 @@ def format_report(name: str, m: dict) -> str:
     lines = [f"{name}: success {m['success']:.3f} | mean turns {m['mean_turns']:.2f} | "
              f"invalid-action rate {m['invalid_action_rate']:.3f} | "
              f"format errors {m['format_error_rate']:.3f} | episodes {m['episodes']}"]
+    if "f1" in m:
+        lines[0] += f" | F1 {m['f1']:.3f} | answered {m['answered_rate']:.3f}"
+    f1 = m.get("f1_by_type", {})
     for k, v in m.get("success_by_type", {}).items():
-        lines.append(f"    {k:<28s} {v:.3f}")
+        extra = f"   F1 {f1[k]:.3f}" if k in f1 else ""
+        lines.append(f"    {k:<28s} {v:.3f}{extra}")
     return "\n".join(lines)

@@ -56,7 +56,7 @@ def rollout_config(cfg: DictConfig, *, temperature: float | None = None, greedy:
                          temperature=a.temperature if temperature is None else temperature,
                          top_p=a.top_p, greedy=greedy, max_context_tokens=a.max_context_tokens,
                          max_invalid_streak=a.max_invalid_streak, require_think=a.require_think,
-                         show_admissible=a.show_admissible)
+                         show_admissible=a.show_admissible, action_parser=a.action_parser)
 
 
 def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool = True) -> dict:

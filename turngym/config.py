@@ -34,6 +34,7 @@ class ModelConfig:
     num_heads: int = 4
     intermediate_size: Optional[int] = None
     max_positions: int = 2048
+    fuse_entities: bool = True  # tiny tokenizer: "cabinet 1" is one token
     dtype: str = "float32"
     device: str = "cpu"
 
@@ -51,6 +52,7 @@ class AgentConfig:
     max_invalid_streak: int = 0
     require_think: bool = False
     show_admissible: bool = False
+    action_parser: str = "action_tag"  # action_tag | raw (env parses, e.g. Search-R1 tags)
     max_batch_size: int = 64
 
 
