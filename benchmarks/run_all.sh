@@ -4,3 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 taskset -c 0 python benchmarks/bench_env.py "$@" 2>/dev/null || python benchmarks/bench_env.py
 python benchmarks/bench_rollout_train.py
+python benchmarks/bench_search.py

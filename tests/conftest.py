@@ -28,3 +28,20 @@ def tiny_stack():
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
     prompter = ChatPrompter(tok, "You are a household agent.")
     return tok, model, prompter
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _index_cache(tmp_path_factory):
+    """Search indexes built by tests go to a throwaway cache, never ~/.cache."""
+    old = os.environ.get("TURNGYM_CACHE")
+    os.environ["TURNGYM_CACHE"] = str(tmp_path_factory.mktemp("turngym-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TURNGYM_CACHE", None)
+    else:
+        os.environ["TURNGYM_CACHE"] = old
+
+
+# a small wiki (about 2.3k passages) for tests that build a dense index
+SMALL_WIKI = {"kind": "wiki", "seed": 1, "num_countries": 8, "num_cities": 60, "num_orgs": 150,
+              "num_people": 600, "questions_per_template": 40}

@@ -32,7 +32,7 @@ def summarize(groups: Sequence[TrajectoryGroup]) -> dict:
         "stop_reasons": dict(sorted(stops.items())),
     }
     # QA envs report token F1 on the answering step; unanswered episodes score 0
-    if any("f1" in x.info for t in trajs for x in t.turns[-1:]):
+    if any("f1" in x.info or "gold_answer" in x.info for t in trajs for x in t.turns[-1:]):
         f1s: dict[str, list[float]] = defaultdict(list)
         for t in trajs:
             last = t.turns[-1].info if t.turns else {}

@@ -1,8 +1,9 @@
-"""Command line: ``turngym train | eval | envs``.
+"""Command line: ``turngym train | eval | serve-retriever | envs | credits``.
 
     turngym train --config quickstart rl.steps=20 output_dir=runs/x
     turngym train --config quickstart --resume
     turngym eval  --config quickstart --checkpoint runs/quickstart/final
+    turngym serve-retriever --retriever dense --port 8000
     turngym envs
 """
 
@@ -30,6 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--split", action="append", help="split(s) to evaluate (default: config)")
     e.add_argument("--json", help="also write the metrics to this file")
     e.add_argument("overrides", nargs="*")
+    r = sub.add_parser("serve-retriever",
+                       help="serve a corpus over Search-R1's POST /retrieve protocol")
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8000)
+    r.add_argument("--retriever", default="dense", choices=["dense", "bm25"])
+    r.add_argument("--corpus", help="JSONL corpus {id, contents} (default: the bundled wiki)")
+    r.add_argument("--index", default="flat", choices=["flat", "hnsw"], help="faiss index")
+    r.add_argument("--encoder", default="minilm", help="minilm | e5 | hf (dense only)")
+    r.add_argument("--encoder-path", help="local encoder directory (e5 / hf)")
+    r.add_argument("--index-dir", help="where indexes are cached")
     sub.add_parser("envs", help="list registered turngym environments")
     sub.add_parser("credits", help="list registered credit estimators")
     return p
@@ -49,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         for env_id, desc in list_envs():
             print(f"{env_id:<28s} {desc}")
         return 0
+    if args.command == "serve-retriever":
+        return _serve_retriever(args)
     if args.command == "credits":
         from .credit import list_estimators
         print("\n".join(list_estimators()))
@@ -68,6 +81,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
+    return 0
+
+
+def _serve_retriever(args) -> int:
+    from .envs.search.dataset import get_dataset
+    from .envs.search.retrieval import make_retriever
+    from .envs.search.server import make_server
+
+    if args.corpus:
+        from .envs.search.data import load_corpus_jsonl
+        passages = load_corpus_jsonl(args.corpus)
+    else:
+        passages = list(get_dataset(None).passages)
+    spec: dict = {"kind": args.retriever, "index_dir": args.index_dir, "progress": True}
+    if args.retriever == "dense":
+        spec.update(index=args.index, encoder={"name": args.encoder, "path": args.encoder_path})
+    retriever = make_retriever(passages, spec)
+    server = make_server(retriever, args.host, args.port, num_passages=len(passages))
+    h, p = server.server_address[:2]
+    print(f"serving {len(passages)} passages ({args.retriever}) on http://{h}:{p}/retrieve",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0
 
 

@@ -3,7 +3,7 @@
 * Corpus: JSONL, one ``{"id": ..., "contents": "\\"Title\\"\\ntext"}`` per line
   (FlashRAG's wiki dumps; the first line of ``contents`` is the title), or
   ``{"id", "title", "text"}``.
-* QA: JSONL or parquet rows with ``question`` and ``golden_answers`` (a list;
+* QA: JSONL or parquet (pyarrow) rows with ``question`` and ``golden_answers`` (a list;
   Search-R1's parquet files) or a single ``answer``.
 """
 
@@ -112,15 +112,15 @@ def _qa_row(row: dict[str, Any], where: str, index: int) -> QAExample:
 
 
 def load_qa(path: str | Path) -> list[QAExample]:
-    """QA rows from ``.jsonl`` or ``.parquet`` (parquet needs pandas + pyarrow)."""
+    """QA rows from ``.jsonl`` or ``.parquet`` (parquet needs pyarrow: the ``parquet`` extra)."""
     path = Path(path)
     if path.suffix == ".parquet":
         try:
-            import pandas as pd
+            import pyarrow.parquet as pq
         except ImportError:
-            raise ImportError("reading parquet QA files needs pandas and pyarrow "
-                              "(pip install pandas pyarrow)") from None
-        rows = pd.read_parquet(path).to_dict(orient="records")
+            raise ImportError("reading parquet QA files needs pyarrow "
+                              "(pip install 'turngym[parquet]')") from None
+        rows = pq.read_table(path).to_pylist()
         return [_qa_row(r, f"{path}[{i}]", i) for i, r in enumerate(rows)]
     return [_qa_row(r, f"{path}:{n}", i) for i, (n, r) in enumerate(_jsonl(path))]
 

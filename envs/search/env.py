@@ -26,7 +26,7 @@ from ..base import TextEnv, sanitize
 from .data import QAExample
 from .dataset import get_dataset, get_retriever
 from .protocol import (INVALID_ACTION_MESSAGE, SEARCH_R1_INSTRUCTION, SearchAction,
-                       contains_answer, exact_match, f1_score, information_block,
+                       exact_match, f1_score, information_block,
                        parse_search_action)
 
 PROMPT_STYLES = {
@@ -188,9 +188,9 @@ class SearchQAEnv(TextEnv):
     def oracle_action(self, rng=None, epsilon: float = 0.0) -> str:
         """An honest multi-hop searcher for generated questions.
 
-        It issues hop k's query only once hop k-1's answer has appeared in a
-        retrieved passage, reformulates once (the bare entity name) if a search
-        missed, and answers only what it has read; it gives up with
+        It issues hop k's query only once hop k-1's gold passage (the one stating
+        the fact) has been retrieved, reformulates once (the bare entity name) if
+        a search missed, and answers only what it has read; it gives up with
         ``<answer> unknown </answer>`` when retrieval fails it twice.
         """
         ex = self.example
@@ -198,9 +198,8 @@ class SearchQAEnv(TextEnv):
         assert st is not None
         if not ex.oracle_queries:
             raise NotImplementedError("this dataset has no hop annotations, so no oracle")
-        seen_text = " ".join(st.observations)
         k = 0
-        while k < ex.hops and contains_answer(seen_text, [ex.hop_answers[k]]):
+        while k < ex.hops and ex.gold_passages[k] in st.seen:
             k += 1
         if k == ex.hops:
             return f"<answer> {ex.hop_answers[-1]} </answer>"
