@@ -34,12 +34,14 @@ def load_pretrained(path: str, dtype: str = "float32", device: str = "cpu",
     return model.to(device), tok
 
 
-def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (), seed: int = 0):
+def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (), seed: int = 0,
+                phrases: Iterable[str] = ()):
     """``kind=tiny``: fit a word-level tokenizer on ``corpus`` and init a small Llama;
     ``kind=hf``: load ``path``."""
     if mcfg.kind == "tiny":
         tok = build_tiny_tokenizer(corpus, extra_words,
-                                   fuse_entities=getattr(mcfg, "fuse_entities", True))
+                                   fuse_entities=getattr(mcfg, "fuse_entities", True),
+                                   phrases=phrases)
         model = build_tiny_model(tok, mcfg.hidden_size, mcfg.num_layers, mcfg.num_heads,
                                  mcfg.intermediate_size, mcfg.max_positions, seed=seed)
         return model.to(dtype_of(mcfg.dtype)).to(mcfg.device), tok

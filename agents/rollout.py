@@ -60,6 +60,7 @@ class _Episode:
     success: bool = False
     invalid_streak: int = 0
     info0: dict = field(default_factory=dict)
+    start_turn: int = 0  # > 0 for continuations resumed mid-episode (agents.branching)
 
 
 class EnvPool:
@@ -102,36 +103,44 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
             tid = str(info.get("task_id", f"seed-{seed}"))
             episodes.append(_Episode(env, int(seed), f"{tid}#{k}", list(ids), list(ids), tid,
                                      info0=_clean_info(info, cfg.keep_admissible)))
-    params = cfg.sampling()
-    parse = get_parser(cfg.action_parser)
-    # backends with a KV session only prefill each turn's new tokens
-    session = policy.open_session(len(episodes)) if hasattr(policy, "open_session") else None
     try:
-        for turn_idx in range(cfg.max_turns):
-            live_idx = [i for i, e in enumerate(episodes) if not e.done]
-            if not live_idx:
-                break
-            live = [episodes[i] for i in live_idx]
-            if session is not None:
-                samples = session.generate(live_idx, [e.pending for e in live], params)
-            else:
-                samples = policy.generate([e.context for e in live], params)
-            parsed = [parse(policy.decode(s.token_ids), require_think=cfg.require_think)
-                      for s in samples]
-            _prepare_steps(live, parsed)
-            for e, s, p in zip(live, samples, parsed):
-                _advance(e, s, p, prompter, cfg, turn_idx)
-            if progress is not None:
-                progress(len(live))
+        run_episodes(policy, prompter, episodes, cfg, progress)
     finally:
         pool.give(envs)
     groups: dict[str, list[Trajectory]] = {}
     for e in episodes:
-        traj = Trajectory(tuple(e.turns), e.total_reward, e.success, e.stop, e.task_id,
-                          e.group_id, policy_version,
-                          {"task_seed": e.task_seed, **e.info0})
-        groups.setdefault(e.group_id, []).append(traj)
+        groups.setdefault(e.group_id, []).append(to_trajectory(e, policy_version))
     return [TrajectoryGroup(tuple(v), v[0].task_id) for v in groups.values()]
+
+
+def to_trajectory(e: _Episode, policy_version: int = 0) -> Trajectory:
+    return Trajectory(tuple(e.turns), e.total_reward, e.success, e.stop, e.task_id,
+                      e.group_id, policy_version, {"task_seed": e.task_seed, **e.info0})
+
+
+def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[_Episode],
+                 cfg: RolloutConfig, progress: Callable[[int], None] | None = None) -> None:
+    """Advances every episode until it is done: one batched generate per turn."""
+    params = cfg.sampling()
+    parse = get_parser(cfg.action_parser)
+    # backends with a KV session only prefill each turn's new tokens
+    session = policy.open_session(len(episodes)) if hasattr(policy, "open_session") else None
+    for _ in range(cfg.max_turns):
+        live_idx = [i for i, e in enumerate(episodes) if not e.done]
+        if not live_idx:
+            break
+        live = [episodes[i] for i in live_idx]
+        if session is not None:
+            samples = session.generate(live_idx, [e.pending for e in live], params)
+        else:
+            samples = policy.generate([e.context for e in live], params)
+        parsed = [parse(policy.decode(s.token_ids), require_think=cfg.require_think)
+                  for s in samples]
+        _prepare_steps(live, parsed)
+        for e, s, p in zip(live, samples, parsed):
+            _advance(e, s, p, prompter, cfg, e.start_turn + len(e.turns))
+        if progress is not None:
+            progress(len(live))
 
 
 def _prepare_steps(live: Sequence[_Episode], parsed: Sequence[ParsedAction]) -> None:

@@ -39,12 +39,14 @@ def numbered_entities(corpus: Iterable[str], min_count: int = 1) -> list[str]:
 
 
 def build_tiny_tokenizer(corpus: Iterable[str], extra_words: Iterable[str] = (),
-                         fuse_entities: bool = True) -> PreTrainedTokenizerFast:
+                         fuse_entities: bool = True, phrases: Iterable[str] = ()
+                         ) -> PreTrainedTokenizerFast:
     """Word-level tokenizer (lower-cased, punctuation split) fit on ``corpus``.
 
     With ``fuse_entities`` every numbered entity of the corpus ("cabinet 1") is one
     token, so naming an object is copying one token instead of a word and a
-    number: a large help to a tiny model, irrelevant to real tokenizers.
+    number: a large help to a tiny model, irrelevant to real tokenizers.  ``phrases``
+    (an env's multi-word entity names, e.g. "kredas hufel") are fused the same way.
     """
     corpus = list(corpus)
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
@@ -56,9 +58,10 @@ def build_tiny_tokenizer(corpus: Iterable[str], extra_words: Iterable[str] = (),
     tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAGS])
     if fuse_entities:
         extra = [f"{w} {i}" for w in extra_words if w.isalpha() for i in range(1, 10)]
-        phrases = sorted(set(numbered_entities(corpus)) | set(extra))
+        fused = sorted(set(numbered_entities(corpus)) | set(extra)
+                       | {p.lower() for p in phrases if " " in p.strip()})
         tok.add_tokens([AddedToken(p, normalized=True, special=False, single_word=True)
-                        for p in phrases])
+                        for p in fused])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
                                    eos_token="<|end|>")
     fast.add_special_tokens({"additional_special_tokens": SPECIAL[2:5]})

@@ -5,3 +5,4 @@ cd "$(dirname "$0")/.."
 taskset -c 0 python benchmarks/bench_env.py "$@" 2>/dev/null || python benchmarks/bench_env.py
 python benchmarks/bench_rollout_train.py
 python benchmarks/bench_search.py
+python benchmarks/bench_scoring.py

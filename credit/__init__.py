@@ -1,8 +1,13 @@
 """Credit modules: trajectory groups in, per-turn advantages out."""
 
+from . import scoring  # noqa: F401
 from . import grpo as _grpo  # noqa: F401  (registers "grpo")
+from . import info_gain as _info_gain  # noqa: F401  (registers "info_gain")
+from . import step_groups as _step_groups  # noqa: F401  (registers "step_groups")
+from . import td_log_ratio as _td_log_ratio  # noqa: F401  (registers "td_log_ratio")
 from .registry import (CreditContext, assign_credit, get_estimator, list_estimators,
-                       register_estimator)
+                       register_estimator, requirements)
+from .scoring import GoldScorer
 
 __all__ = ["CreditContext", "assign_credit", "get_estimator", "list_estimators",
-           "register_estimator"]
+           "register_estimator", "requirements", "GoldScorer"]

@@ -17,11 +17,26 @@ from ..types import CreditAssignment, TrajectoryGroup
 
 @dataclass
 class CreditContext:
-    """Services an estimator may call (all optional)."""
+    """Services an estimator may call (all optional).
+
+    ``scorer`` / ``reference_scorer`` are :class:`~turngym.credit.scoring.GoldScorer`
+    objects over the current policy and a frozen reference model; an estimator
+    names the ones it needs with ``register_estimator(name, requires=...)`` and the
+    trainer builds only those.
+    """
 
     policy: Any = None  # current policy (Policy protocol): .score(...)
     reference: Any = None  # frozen reference policy
+    scorer: Any = None  # GoldScorer over the current policy
+    reference_scorer: Any = None  # GoldScorer over the frozen reference model
     extras: dict = field(default_factory=dict)
+
+    def need(self, name: str, estimator: str) -> Any:
+        value = getattr(self, name, None)
+        if value is None:
+            raise ValueError(f"credit estimator {estimator!r} needs CreditContext.{name}; "
+                             "the trainer builds it when the estimator declares it")
+        return value
 
 
 class Estimator(Protocol):
@@ -30,15 +45,25 @@ class Estimator(Protocol):
 
 
 _REGISTRY: dict[str, Estimator] = {}
+_REQUIRES: dict[str, tuple[str, ...]] = {}
 
 
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+def register_estimator(name: str, requires: Sequence[str] = ()
+                       ) -> Callable[[Estimator], Estimator]:
+    """``requires`` names CreditContext services the estimator calls ("scorer",
+    "reference_scorer")."""
     def deco(fn: Estimator) -> Estimator:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"credit estimator {name!r} is already registered")
         _REGISTRY[name] = fn
+        _REQUIRES[name] = tuple(requires)
         return fn
     return deco
+
+
+def requirements(name: str) -> tuple[str, ...]:
+    get_estimator(name)
+    return _REQUIRES.get(name, ())
 
 
 def get_estimator(name: str) -> Estimator:

@@ -119,3 +119,38 @@ def test_5xx_is_retried_then_succeeds_or_gives_up(served):
         for s in (ok_after_two, never_ok):
             s.shutdown()
             s.server_close()
+
+
+def test_serve_retriever_cli_on_a_jsonl_corpus(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from turngym.envs.search.data import Passage, write_corpus_jsonl
+
+    corpus = tmp_path / "c.jsonl"
+    write_corpus_jsonl([Passage(str(i), f"Town {i}", f"Town {i} lies on river R{i}.")
+                        for i in range(50)], corpus)
+    port = _free_port()
+    env = dict(os.environ, TURNGYM_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "turngym", "serve-retriever", "--retriever",
+                             "bm25", "--corpus", str(corpus), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while True:
+            try:
+                client = HTTPRetriever(url, retries=0)
+                break
+            except RetrieverUnavailable:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                assert time.time() < deadline, "server did not come up"
+                time.sleep(0.3)
+        assert client.health()["passages"] == 50
+        hits = client.search(["river R17"], 2)[0]
+        assert hits[0].passage == Passage("17", "Town 17", "Town 17 lies on river R17.")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -111,3 +111,18 @@ def demo_rows(demos: list[Demo], prompter: ChatPrompter, tokenizer, action_forma
         if len(ids) <= max_tokens:
             rows.append(TokenRow(ids, mask, [0.0] * len(ids), [0.0] * len(ids)))
     return rows
+
+
+def lm_rows(texts: list[str], tokenizer, row_tokens: int) -> list[TokenRow]:
+    """Texts packed into rows of about ``row_tokens`` tokens (eos between texts), loss on
+    every token: a plain language-modelling pass over an env's corpus."""
+    eos = tokenizer.eos_token_id
+    rows, ids = [], []
+    for ids_t in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        ids.extend(list(ids_t) + [eos])
+        if len(ids) >= row_tokens:
+            rows.append(TokenRow(ids, [1.0] * len(ids), [0.0] * len(ids), [0.0] * len(ids)))
+            ids = []
+    if len(ids) > 1:
+        rows.append(TokenRow(ids, [1.0] * len(ids), [0.0] * len(ids), [0.0] * len(ids)))
+    return rows

@@ -32,7 +32,7 @@ from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, RolloutConfig, rollout
 from ..types import TrajectoryGroup
 from .checkpoint import CheckpointManager, save_model_dir, write_atomic_text
-from .demos import collect_demos, demo_rows, demo_texts
+from .demos import collect_demos, demo_rows, demo_texts, lm_rows
 from .evaluate import format_report, summarize
 from .metrics import MetricsLogger, plot_learning_curve
 from .rl import PolicyGradientTrainer
@@ -78,6 +78,19 @@ def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool
     return summarize(groups)
 
 
+def credit_context(needs, policy, model, ref, tokenizer, params: dict
+                   ) -> credit_lib.CreditContext:
+    """Builds the services the chosen estimator declared (answer scorers over the
+    current policy and/or the frozen warm-start reference)."""
+    template = params.get("answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
+    ctx = credit_lib.CreditContext(policy=policy, reference=ref)
+    if "scorer" in needs:
+        ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template)
+    if "reference_scorer" in needs:
+        ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template)
+    return ctx
+
+
 def _quiet_transformers() -> None:
     try:
         from transformers.utils import logging as hf_logging
@@ -109,10 +122,34 @@ def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = 
                                "raise warmstart.max_turns or lower warmstart.epsilon")
     vocab_env = make_train()
     extra = list(getattr(vocab_env.unwrapped, "vocabulary", lambda: [])())
+    phrases = list(getattr(vocab_env.unwrapped, "entity_phrases", lambda: [])())
+    lm_texts = []
+    if ws.enabled and ws.lm_epochs > 0:
+        lm_corpus = getattr(vocab_env.unwrapped, "lm_corpus", None)
+        if lm_corpus is None:
+            raise ValueError(f"warmstart.lm_epochs > 0 but {type(vocab_env.unwrapped).__name__} "
+                             "has no lm_corpus()")
+        lm_texts = list(lm_corpus())
     vocab_env.close()
     from ..agents.parsing import INVALID_FORMAT_MESSAGE
     corpus = demo_texts(demos) + [cfg.agent.system_prompt, INVALID_FORMAT_MESSAGE]
-    model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed)
+    model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed, phrases=phrases)
+    if lm_texts:
+        rows = lm_rows(lm_texts, tok, ws.lm_row_tokens)
+        bar = tqdm(total=-(-len(rows) // ws.batch_size) * ws.lm_epochs, desc="corpus LM",
+                   leave=False, disable=not progress)
+
+        def on_lm_step(step: int, rec: dict) -> None:
+            bar.update(1)
+            if step % 10 == 0:
+                log.log(step, "lm", rec)
+
+        t0 = time.time()
+        sft_train(model, rows, ws.lm_epochs, ws.lr, ws.batch_size, ws.token_budget,
+                  tok.pad_token_id, seed=cfg.seed, weight_decay=ws.weight_decay,
+                  warmup_steps=ws.warmup_steps, on_step=on_lm_step)
+        bar.close()
+        log.log(0, "lm_done", {"rows": len(rows), "seconds": time.time() - t0})
     if ws.enabled:
         prompter = ChatPrompter(tok, cfg.agent.system_prompt)
         rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
@@ -177,16 +214,19 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
     if latest is not None:
         ckpts.load_optimizer(latest, opt)
         ckpts.load_rng(latest)
+    needs = credit_lib.requirements(rl.credit.name)
     ref = None
-    if rl.kl_coef > 0:
+    if rl.kl_coef > 0 or "reference_scorer" in needs:
         ref, _ = load_pretrained(str(out / "warmstart"), cfg.model.dtype, cfg.model.device)
         ref.eval().requires_grad_(False)
-    trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id, ref, seed=cfg.seed)
+    trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
+                                    ref if rl.kl_coef > 0 else None, seed=cfg.seed)
     policy = HFPolicy(model, tok, max_batch_size=cfg.agent.max_batch_size)
     prompter = ChatPrompter(tok, cfg.agent.system_prompt)
     pool = EnvPool(env_factory(cfg, cfg.env.train_split))
     rcfg = rollout_config(cfg)
     credit_params = OmegaConf.to_container(rl.credit.params, resolve=True) or {}
+    credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params)
 
     bar = tqdm(range(start_step, rl.steps), initial=start_step, total=rl.steps, desc="RL",
                disable=not progress)
@@ -198,8 +238,9 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
         t0 = time.time()
         groups = rollout(policy, prompter, pool, seeds, rl.group_size, rcfg, policy_version=step)
         t_roll = time.time() - t0
-        credits = credit_lib.assign_credit(rl.credit.name, groups, credit_params,
-                                           credit_lib.CreditContext(policy=policy))
+        t_c = time.time()
+        credits = credit_lib.assign_credit(rl.credit.name, groups, credit_params, credit_ctx)
+        t_credit = time.time() - t_c
         t1 = time.time()
         upd = trainer.update(groups, credits)
         t_upd = time.time() - t1
@@ -207,7 +248,7 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
         rec = {"success_rate": m["success"], "mean_turns": m["mean_turns"],
                "invalid_action_rate": m["invalid_action_rate"],
                "format_error_rate": m["format_error_rate"], **upd,
-               "rollout_s": t_roll, "update_s": t_upd,
+               "rollout_s": t_roll, "update_s": t_upd, "credit_s": t_credit,
                "rollout_tok_per_s": upd.get("response_tokens", 0) / max(t_roll, 1e-9),
                "train_tok_per_s": upd.get("train_tokens", 0) / max(t_upd, 1e-9)}
         for c in credits:

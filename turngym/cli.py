@@ -1,8 +1,9 @@
-"""Command line: ``turngym train | eval | serve-retriever | envs | credits``.
+"""Command line: ``turngym train | eval | probe | serve-retriever | envs | credits``.
 
     turngym train --config quickstart rl.steps=20 output_dir=runs/x
     turngym train --config quickstart --resume
     turngym eval  --config quickstart --checkpoint runs/quickstart/final
+    turngym probe --config search_grpo --checkpoint runs/search_grpo/final --out runs/probe
     turngym serve-retriever --retriever dense --port 8000
     turngym envs
 """
@@ -41,6 +42,18 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--encoder", default="minilm", help="minilm | e5 | hf (dense only)")
     r.add_argument("--encoder-path", help="local encoder directory (e5 / hf)")
     r.add_argument("--index-dir", help="where indexes are cached")
+    pr = sub.add_parser("probe", help="credit-quality probe: each credit module vs Monte-Carlo "
+                                      "true per-turn advantages")
+    pr.add_argument("--config", default="quickstart")
+    pr.add_argument("--checkpoint", required=True, help="policy model dir")
+    pr.add_argument("--reference", help="frozen reference model dir (default: the policy)")
+    pr.add_argument("--split", help="env split (default: the config's first eval split)")
+    pr.add_argument("--tasks", type=int, default=8)
+    pr.add_argument("--group-size", type=int, default=4)
+    pr.add_argument("--continuations", type=int, default=4, help="MC rollouts per state")
+    pr.add_argument("--estimators", help="comma-separated (default: all registered)")
+    pr.add_argument("--out", help="directory for probe.json and probe.png")
+    pr.add_argument("overrides", nargs="*")
     sub.add_parser("envs", help="list registered turngym environments")
     sub.add_parser("credits", help="list registered credit estimators")
     return p
@@ -72,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OmegaConfBaseException, FileNotFoundError, ValueError) as exc:
         print(f"turngym: bad configuration: {exc}", file=sys.stderr)
         return 2
+    if args.command == "probe":
+        from .trainers.probe import format_probe, run_probe
+        res = run_probe(cfg, args.checkpoint, args.split, args.tasks, args.group_size,
+                        args.continuations,
+                        [x for x in (args.estimators or "").split(",") if x],
+                        args.reference, args.out)
+        print(format_probe(res))
+        return 0
     from .trainers.pipeline import evaluate_checkpoint, train
     if args.command == "train":
         summary = train(cfg, resume=args.resume, progress=not args.no_progress)

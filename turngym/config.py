@@ -70,6 +70,11 @@ class WarmstartConfig:
     token_budget: int = 16384
     warmup_steps: int = 20
     max_turns: int = 0  # step cap of a demo episode (0: agent.max_turns)
+    # language-model passes over the env's own text (env.unwrapped.lm_corpus(), e.g. the
+    # search corpus) before the demos: every word embedding gets trained, not only those
+    # the demos happen to show, which tiny word-level models need to copy unseen names
+    lm_epochs: int = 0
+    lm_row_tokens: int = 256
 
 
 @dataclass

@@ -210,6 +210,15 @@ class SearchQAEnv(TextEnv):
                 return f"<search> {q} </search>"
         return "<answer> unknown </answer>"
 
+    def lm_corpus(self) -> list[str]:
+        """Passages rendered as the agent sees them (warm-start language modelling)."""
+        return [f"(Title: {p.title}) {p.text}" for p in self.dataset.passages]
+
+    def entity_phrases(self) -> list[str]:
+        """Multi-word entity names (passage titles); tiny tokenizers may fuse each into
+        one token, as the text world's "cabinet 1"."""
+        return sorted({p.title for p in self.dataset.passages if " " in p.title})
+
     def vocabulary(self) -> list[str]:
         """Words of the corpus and questions (tiny word-level tokenizers)."""
         words: set[str] = set()

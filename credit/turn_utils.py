@@ -1,0 +1,60 @@
+"""Small vectorised helpers shared by turn-level estimators."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def flatten(rows: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged rows -> (flat values, row offsets of length len(rows)+1)."""
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    flat = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if len(rows) else \
+        np.zeros(0)
+    return flat, offsets
+
+
+def unflatten(flat: np.ndarray, offsets: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(x) for x in flat[a:b]) for a, b in zip(offsets[:-1], offsets[1:]))
+
+
+def discounted_returns(rewards: np.ndarray, offsets: np.ndarray, gamma: float) -> np.ndarray:
+    """G_t = sum_{k>=t} gamma^(k-t) r_k within each row (one reverse pass per row: O(N))."""
+    out = np.empty_like(rewards, dtype=np.float64)
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        acc = 0.0
+        for i in range(b - 1, a - 1, -1):
+            acc = rewards[i] + gamma * acc
+            out[i] = acc
+    return out
+
+
+def normalize(x: np.ndarray, std: bool = True, eps: float = 1e-6) -> np.ndarray:
+    """(x - mean) / std over all entries (population std); zeros when there is no spread."""
+    if x.size <= 1:
+        return np.zeros_like(x)
+    c = x - x.mean()
+    if not std:
+        return c
+    s = x.std()
+    return c / (s + eps) if s > 0 else np.zeros_like(x)
+
+
+def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, eps: float = 1e-6
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Normalises ``values`` within groups of equal ``keys`` (bincount, no pairwise loops).
+
+    Returns (normalised values, size of each entry's group); singleton groups get 0.
+    """
+    _, inv = np.unique(keys, return_inverse=True)
+    counts = np.bincount(inv).astype(np.float64)
+    mean = np.bincount(inv, weights=values) / counts
+    out = values - mean[inv]
+    if std:
+        var = np.bincount(inv, weights=values ** 2) / counts - mean ** 2
+        sd = np.sqrt(np.maximum(var, 0.0))[inv]
+        out = np.where(sd > 0, out / (sd + eps), 0.0)
+    size = counts[inv]
+    return np.where(size > 1, out, 0.0), size

@@ -1,0 +1,25 @@
+"""Each turn-level estimator runs inside the real training loop (tiny sizes)."""
+
+import pytest
+from test_search_train import SMOKE as SEARCH_SMOKE
+from test_trainer import SMOKE as TW_SMOKE
+
+from turngym.config import load_config
+from turngym.trainers.metrics import read_metrics
+from turngym.trainers.pipeline import train
+
+
+@pytest.mark.parametrize("config,credit,smoke,metric", [
+    ("search_grpo", "info_gain", SEARCH_SMOKE, "credit/ig_mean"),
+    ("search_grpo", "td_log_ratio", SEARCH_SMOKE, "credit/td_reward_mean"),
+    ("quickstart", "step_groups", TW_SMOKE, "credit/grouped_turn_frac"),
+])
+def test_estimator_in_training_loop(tmp_path, config, credit, smoke, metric):
+    out = tmp_path / "run"
+    overrides = [o for o in smoke if not o.startswith("rl.steps=")]
+    cfg = load_config(config, overrides + [f"output_dir={out}", "rl.steps=2",
+                                           f"rl.credit.name={credit}", "eval.num_tasks=2"])
+    train(cfg, progress=False)
+    recs = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
+    assert len(recs) == 2
+    assert all(metric in r and r["credit_s"] >= 0 for r in recs)
