@@ -69,3 +69,16 @@ def test_overrides_may_follow_flags(monkeypatch):
     assert seen["resume"] and not seen["progress"]
     with pytest.raises(SystemExit):
         main(["envs", "--bogus"])
+
+
+def test_config_inheritance_with_base(tmp_path):
+    cfg = load_config("search_igpo", ["rl.credit.params.gamma=0.5"])
+    assert cfg.env.id == "turngym/SearchQA-v0" and cfg.agent.action_parser == "raw"
+    assert cfg.rl.credit.name == "info_gain" and cfg.rl.credit.params.gamma == 0.5
+    assert cfg.output_dir == "runs/search_igpo"
+    assert load_config("textworld_gigpo").env.id == "turngym/TextWorld-v0"
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(f"base: {b}\nseed: 1\n")
+    b.write_text(f"base: {a}\nseed: 2\n")
+    with pytest.raises(ValueError, match="cycle"):
+        load_config(str(a))

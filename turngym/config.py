@@ -146,10 +146,23 @@ def config_path(name: str) -> Path:
     raise FileNotFoundError(f"no config {name!r}: not a file, and bundled configs are {names}")
 
 
+def _load_yaml(name: str, seen: tuple[str, ...] = ()) -> DictConfig:
+    """A YAML config; ``base: other`` in it first loads ``other`` (a bundled name or a
+    path) and merges this file on top, so variants state only what differs."""
+    path = config_path(name)
+    if str(path) in seen:
+        raise ValueError(f"config inheritance cycle: {' -> '.join(seen + (str(path),))}")
+    raw = OmegaConf.load(path)
+    base = raw.pop("base", None) if isinstance(raw, DictConfig) else None
+    if base is None:
+        return raw
+    return OmegaConf.merge(_load_yaml(str(base), seen + (str(path),)), raw)
+
+
 def load_config(name: str | None = None, overrides: Sequence[str] = ()) -> DictConfig:
     cfg = OmegaConf.structured(TrainConfig)
     if name is not None:
-        cfg = OmegaConf.merge(cfg, OmegaConf.load(config_path(name)))
+        cfg = OmegaConf.merge(cfg, _load_yaml(name))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ValueError(f"overrides must look like key=value, got {bad}")

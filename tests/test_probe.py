@@ -1,0 +1,92 @@
+"""Exact-prefix continuations and the credit-quality probe."""
+
+import json
+
+import numpy as np
+import pytest
+
+from turngym.agents import EnvPool, HFPolicy, RolloutConfig, rollout
+from turngym.agents.branching import branch_point, continue_from
+from turngym.envs.textworld import TextWorldEnv
+from turngym.trainers.probe import agreement, mc_true_advantages, rankdata, spearman
+
+
+def _pool():
+    return EnvPool(lambda: TextWorldEnv(split="train", max_steps=6))
+
+
+def test_greedy_continuation_reproduces_the_rest_of_the_trajectory(tiny_stack):
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    cfg = RolloutConfig(max_turns=5, max_new_tokens=6, greedy=True)
+    groups = rollout(policy, prompter, _pool(), [3, 4], 1, cfg)
+    for g in groups:
+        traj = g.trajectories[0]
+        for t in range(traj.num_turns):
+            bp = branch_point(traj, t)
+            assert list(bp.context) == traj.token_ids()[: traj.response_spans()[t][0]]
+            cont = continue_from(policy, prompter, _pool(), [bp], cfg)[0]
+            assert [x.response_ids for x in cont.turns] == [x.response_ids for x in traj.turns[t:]]
+            assert [x.observation for x in cont.turns] == [x.observation for x in traj.turns[t:]]
+            assert cont.stop_reason == traj.stop_reason
+            assert cont.outcome_reward == traj.outcome_reward
+    with pytest.raises(ValueError, match="outside"):
+        branch_point(traj, traj.num_turns)
+
+
+def test_mc_advantages_are_zero_for_a_deterministic_policy(tiny_stack):
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    cfg = RolloutConfig(max_turns=4, max_new_tokens=6, greedy=True)
+    groups = rollout(policy, prompter, _pool(), [5], 2, cfg)
+    truth = mc_true_advantages(policy, prompter, _pool(), groups, cfg, 2, progress=False)
+    for g, rows in zip(groups, truth):
+        for traj, adv in zip(g, rows):
+            assert adv.shape == (traj.num_turns,)
+            np.testing.assert_allclose(adv, 0.0)
+
+
+def test_mc_advantages_of_a_sampling_policy_telescope(tiny_stack):
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=1)
+    cfg = RolloutConfig(max_turns=4, max_new_tokens=6, temperature=1.0)
+    groups = rollout(policy, prompter, _pool(), [6, 7], 2, cfg)
+    truth = mc_true_advantages(policy, prompter, _pool(), groups, cfg, 3, progress=False)
+    for g, rows in zip(groups, truth):
+        for traj, adv in zip(g, rows):
+            v0 = traj.outcome_reward - adv.sum()  # V(s_0) recovered by telescoping
+            assert 0.0 <= v0 <= 1.0 and np.all(np.abs(adv) <= 1.0)
+
+
+def test_rank_statistics():
+    a = np.array([3.0, 1.0, 2.0, 2.0])
+    np.testing.assert_allclose(rankdata(a), [4.0, 1.0, 2.5, 2.5])
+    x = np.random.default_rng(0).normal(size=50)
+    assert spearman(x, 2 * x + 1) == pytest.approx(1.0)
+    assert spearman(x, -x ** 3) == pytest.approx(-1.0)
+    assert spearman(x, np.zeros(50)) == 0.0
+    m = agreement(np.array([1.0, -1.0, 0.5, 2.0]), np.array([0.2, -0.3, -0.1, 0.0]))
+    assert m["sign_agreement"] == pytest.approx(2 / 3) and m["clear_turns"] == 3
+    scipy_stats = pytest.importorskip("scipy.stats")
+    y = np.round(np.random.default_rng(1).normal(size=50), 1)
+    assert spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
+
+
+def test_probe_cli_writes_json_and_plot(tmp_path, tiny_stack):
+    from turngym.cli import main
+    from turngym.trainers.checkpoint import save_model_dir
+
+    tok, model, _ = tiny_stack
+    save_model_dir(tmp_path / "m", model, tok, {"phase": "test"})
+    code = main(["probe", "--config", "quickstart", "--checkpoint", str(tmp_path / "m"),
+                 "--tasks", "2", "--group-size", "2", "--continuations", "2",
+                 "--out", str(tmp_path / "probe"), "agent.max_turns=3",
+                 "agent.system_prompt=You are a household agent.",
+                 "env.kwargs.max_steps=3", "--estimators", "grpo,step_groups,info_gain"])
+    assert code == 0
+    res = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert set(res["modules"]) == {"grpo", "step_groups"}
+    assert "gold_answer" in res["skipped"]["info_gain"]  # text world has no gold answers
+    for m in res["modules"].values():
+        assert -1.0 <= m["spearman"] <= 1.0 and m["turns"] > 0
+    assert (tmp_path / "probe" / "probe.png").stat().st_size > 1000
