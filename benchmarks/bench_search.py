@@ -52,7 +52,7 @@ def bench_blas_threshold(dense, queries):
             res[name] = _qps(lambda x: dense.index.search(x, 3), q, b, repeats=2)
         print(f"  batch {b:>3}: simd {res['simd']:9.0f} | blas {res['blas']:9.0f} | "
               f"blas/simd {res['blas'] / res['simd']:.2f}x")
-    faiss.cvar.distance_compute_blas_threshold = 16
+    faiss.cvar.distance_compute_blas_threshold = 8
 
 
 def bench_env(kind: str, episodes: int, batch: int):

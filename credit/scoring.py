@@ -7,12 +7,15 @@ once and every boundary's answer is *packed* after it::
 
     [ trajectory tokens S (length L) ][ A @ b_0 ][ A @ b_1 ] ... [ A @ b_{K-1} ]
 
-with a block attention mask: S is causal; the answer block for boundary b_k sees
-``S[:b_k]`` and itself (causally), nothing else; its position ids continue from
-``b_k``.  Each block thus computes exactly what a separate forward over
-``S[:b_k] + A`` would, at a cost of L + K*|A| tokens instead of sum_k (b_k + |A|)
-(tested to 1e-5 against the naive computation).  The first answer token's
-log-prob comes from S's own logit at ``b_k - 1``.
+in two forwards: S alone (causal, its KV cache kept), then all answer blocks at
+once against that cache under a block attention mask: the block for boundary
+b_k sees ``S[:b_k]`` and itself (causally), nothing else, and its position ids
+continue from ``b_k``.  Each block thus computes exactly what a separate forward
+over ``S[:b_k] + A`` would (tested to 1e-5 against the naive computation), at
+the cost of one causal forward of S plus K*|A| query tokens instead of
+sum_k (b_k + |A|) tokens.  The first answer token's log-prob comes from S's own
+logit at ``b_k - 1``; only positions that predict answer tokens are projected
+onto the vocabulary.
 
 Token-in-token-out: the trajectory is scored as the ids it was sampled as; only
 the gold answer text is tokenised (once, cached).
@@ -26,6 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..agents.hf_backend import _cache_kwarg, _cache_of
 from ..types import Trajectory
 
 DEFAULT_ANSWER_TEMPLATE = "<answer> {answer} </answer>"
@@ -99,59 +103,69 @@ class GoldScorer:
         return out
 
     def _run(self, rows, index, out) -> None:
+        """Two forwards: the trajectories alone (causal, KV cache kept; logits only at
+        the positions predicting a first answer token), then every answer block at once
+        against that cache under a block mask."""
         model = self.model
         device = next(model.parameters()).device
-        width = max(_packed_len(r) for r in rows)
         B = len(rows)
-        ids = torch.zeros((B, width), dtype=torch.long)
-        pos_ids = torch.zeros((B, width), dtype=torch.long)
-        allow = torch.zeros((B, width, width), dtype=torch.bool)
-        blocks = []  # per row: [(k, j, start, length)]
-        for b, (seq, positions, answers) in enumerate(rows):
-            L = len(seq)
-            ids[b, :L] = torch.tensor(seq, dtype=torch.long)
-            pos_ids[b, :L] = torch.arange(L)
-            allow[b, :L, :L] = torch.tril(torch.ones(L, L, dtype=torch.bool))
-            cur, spans = L, []
+        Ls = [len(seq) for seq, _, _ in rows]
+        Lmax = max(Ls)
+        ids = torch.zeros((B, Lmax), dtype=torch.long)
+        mask2d = torch.zeros((B, Lmax), dtype=torch.long)
+        for b, (seq, _, _) in enumerate(rows):
+            ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask2d[b, : len(seq)] = 1
+        # answer blocks: (k, j, start in the block area, length, boundary)
+        blocks, Q = [], 0
+        for seq, positions, answers in rows:
+            spans, cur = [], 0
             for k, p in enumerate(positions):
                 for j, a in enumerate(answers):
-                    m = len(a)
-                    ids[b, cur:cur + m] = torch.tensor(a, dtype=torch.long)
-                    pos_ids[b, cur:cur + m] = torch.arange(p, p + m)
-                    allow[b, cur:cur + m, :p] = True
-                    allow[b, cur:cur + m, cur:cur + m] = torch.tril(torch.ones(m, m, dtype=torch.bool))
-                    spans.append((k, j, cur, m, p))
-                    cur += m
-            for r in range(cur, width):  # padding rows attend to themselves only
-                allow[b, r, r] = True
+                    spans.append((k, j, cur, len(a), p))
+                    cur += len(a)
             blocks.append(spans)
-        mask = torch.zeros((B, 1, width, width), dtype=torch.float32)
-        mask.masked_fill_(~allow.unsqueeze(1), torch.finfo(torch.float32).min)
-        # only the positions that predict an answer token need logits (the vocabulary
-        # projection dominates for real vocabularies): token 0 of a block is predicted
-        # at S[p-1], token t>0 at block position t-1
-        wanted = []
-        for b, spans in enumerate(blocks):
-            for k, j, start, m, p in spans:
-                wanted.append(p - 1)
-                wanted.extend(range(start, start + m - 1))
-        keep = torch.tensor(sorted(set(wanted)), dtype=torch.long)
-        col = torch.full((width,), -1, dtype=torch.long)
-        col[keep] = torch.arange(len(keep))
+            Q = max(Q, cur)
+        first = sorted({p - 1 for spans in blocks for *_, p in spans})
+        keep1 = torch.tensor(first, dtype=torch.long)
+        col1 = torch.full((Lmax,), -1, dtype=torch.long)
+        col1[keep1] = torch.arange(len(first))
+        bids = torch.zeros((B, Q), dtype=torch.long)
+        bpos = torch.zeros((B, Q), dtype=torch.long)
+        allow = torch.zeros((B, Q, Lmax + Q), dtype=torch.bool)
+        for b, (spans, (_, _, answers)) in enumerate(zip(blocks, rows)):
+            for k, j, st, m, p in spans:
+                bids[b, st:st + m] = torch.tensor(answers[j], dtype=torch.long)
+                bpos[b, st:st + m] = torch.arange(p, p + m)
+                allow[b, st:st + m, :p] = True
+                allow[b, st:st + m, Lmax + st:Lmax + st + m] = torch.tril(
+                    torch.ones(m, m, dtype=torch.bool))
+            used = spans[-1][2] + spans[-1][3] if spans else 0
+            for r in range(used, Q):  # padding queries attend to themselves only
+                allow[b, r, Lmax + r] = True
+        mask4d = torch.zeros((B, 1, Q, Lmax + Q), dtype=torch.float32)
+        mask4d.masked_fill_(~allow.unsqueeze(1), torch.finfo(torch.float32).min)
         was_training = model.training
         model.eval()
         try:
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                           position_ids=pos_ids.to(device),
-                           logits_to_keep=keep.to(device)).logits.float()
+            r1 = model(input_ids=ids.to(device), attention_mask=mask2d.to(device),
+                       use_cache=True, logits_to_keep=keep1.to(device))
+            kw = {_cache_kwarg(model): _cache_of(r1)}
+            r2 = model(input_ids=bids.to(device), attention_mask=mask4d.to(device),
+                       position_ids=bpos.to(device), use_cache=False, **kw)
         finally:
             model.train(was_training)
-        logp = torch.log_softmax(logits, dim=-1).cpu()
+        lp1 = torch.log_softmax(r1.logits.float(), dim=-1).cpu()
+        lp2 = torch.log_softmax(r2.logits.float(), dim=-1).cpu()
         for b, (spans, (_, positions, answers)) in enumerate(zip(blocks, rows)):
             res = [[None] * len(answers) for _ in positions]
-            for k, j, start, m, p in spans:
-                src = torch.cat([torch.tensor([p - 1]), torch.arange(start, start + m - 1)])
-                res[k][j] = logp[b, col[src], ids[b, start:start + m]].numpy()
+            for k, j, st, m, p in spans:
+                a = bids[b, st:st + m]
+                v = torch.empty(m)
+                v[0] = lp1[b, col1[p - 1], a[0]]  # first token: predicted at S[p-1]
+                if m > 1:  # token t > 0: predicted at block position t-1
+                    v[1:] = lp2[b, torch.arange(st, st + m - 1), a[1:]]
+                res[k][j] = v.numpy()
             out[index[b]] = res
 
 

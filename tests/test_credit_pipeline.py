@@ -23,3 +23,22 @@ def test_estimator_in_training_loop(tmp_path, config, credit, smoke, metric):
     recs = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert len(recs) == 2
     assert all(metric in r and r["credit_s"] >= 0 for r in recs)
+
+
+def test_compare_shares_one_warm_start(tmp_path):
+    from turngym.cli import main
+
+    out = tmp_path / "cmp"
+    overrides = [o for o in TW_SMOKE if not o.startswith("rl.steps=")]
+    code = main(["compare", "--config", "quickstart", "--credits", "grpo,step_groups",
+                 "--no-progress", f"output_dir={out}", "rl.steps=1", "eval.num_tasks=2",
+                 *overrides])
+    assert code == 0
+    import json
+    res = json.loads((out / "compare.json").read_text())
+    assert set(res["runs"]) == {"grpo", "step_groups"}
+    w = [(out / n / "warmstart" / "model.safetensors").read_bytes() for n in res["runs"]]
+    assert w[0] == w[1] == (out / "shared" / "warmstart" / "model.safetensors").read_bytes()
+    # the same warm start evaluates identically in both runs
+    assert res["runs"]["grpo"]["warmstart_eval"] == res["runs"]["step_groups"]["warmstart_eval"]
+    assert (out / "compare.png").stat().st_size > 1000

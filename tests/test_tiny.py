@@ -24,3 +24,12 @@ def test_chat_template_and_model_shapes():
     m2 = build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2, seed=1)
     assert m.config.vocab_size == len(tok)
     assert all((a == b).all() for a, b in zip(m.parameters(), m2.parameters()))  # seeded
+
+
+def test_env_phrases_fuse_into_single_tokens():
+    tok = build_tiny_tokenizer(["where was kredas hufel born ?"], ["kredas", "hufel"],
+                               phrases=["Kredas Hufel", "Cetiork Works", "single"])
+    text = "where was Kredas Hufel born ? <answer> cetiork works </answer>"
+    toks = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+    assert "kredas hufel" in toks and "cetiork works" in toks and "single" not in toks
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text.lower()

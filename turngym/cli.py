@@ -1,8 +1,9 @@
-"""Command line: ``turngym train | eval | probe | serve-retriever | envs | credits``.
+"""Command line: ``turngym train | eval | compare | probe | serve-retriever | envs | credits``.
 
     turngym train --config quickstart rl.steps=20 output_dir=runs/x
     turngym train --config quickstart --resume
     turngym eval  --config quickstart --checkpoint runs/quickstart/final
+    turngym compare --config quickstart --credits grpo,step_groups output_dir=runs/cmp
     turngym probe --config search_grpo --checkpoint runs/search_grpo/final --out runs/probe
     turngym serve-retriever --retriever dense --port 8000
     turngym envs
@@ -54,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--estimators", help="comma-separated (default: all registered)")
     pr.add_argument("--out", help="directory for probe.json and probe.png")
     pr.add_argument("overrides", nargs="*")
+    c = sub.add_parser("compare", help="same warm start, one RL run per credit estimator, "
+                                       "learning curves on one plot")
+    c.add_argument("--config", default="quickstart")
+    c.add_argument("--credits", required=True, help="comma-separated estimator names")
+    c.add_argument("--no-progress", action="store_true")
+    c.add_argument("overrides", nargs="*")
     sub.add_parser("envs", help="list registered turngym environments")
     sub.add_parser("credits", help="list registered credit estimators")
     return p
@@ -85,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OmegaConfBaseException, FileNotFoundError, ValueError) as exc:
         print(f"turngym: bad configuration: {exc}", file=sys.stderr)
         return 2
+    if args.command == "compare":
+        from .trainers.compare import compare_credits, format_comparison
+        res = compare_credits(cfg, [x for x in args.credits.split(",") if x],
+                              progress=not args.no_progress)
+        print(format_comparison(res))
+        return 0
     if args.command == "probe":
         from .trainers.probe import format_probe, run_probe
         res = run_probe(cfg, args.checkpoint, args.split, args.tasks, args.group_size,

@@ -77,7 +77,7 @@ class DenseRetriever:
 
     def __init__(self, passages: Sequence[Passage], encoder: dict | str | None = None,
                  index: str = "flat", hnsw_m: int = 32, ef_construction: int = 80,
-                 ef_search: int = 64, blas_threshold: int | None = 16,
+                 ef_search: int = 64, blas_threshold: int | None = 8,
                  index_dir: str | None = None, progress: bool = False):
         import faiss
 
