@@ -34,14 +34,22 @@ class ParsedAction:
         return self.action is not None
 
 
-def parse_action(text: str, require_think: bool = False, max_action_chars: int = 512
-                 ) -> ParsedAction:
+def _precheck(text, require_think: bool) -> tuple[str | None, ParsedAction | None]:
+    """The <think> block, or the failed parse when the text is unusable."""
     if not isinstance(text, str):
-        return ParsedAction(None, error="output is not text")
+        return None, ParsedAction(None, error="output is not text")
     think_m = _THINK.search(text)
     think = think_m.group(1).strip() if think_m else None
     if require_think and think is None:
-        return ParsedAction(None, error="missing <think> block")
+        return None, ParsedAction(None, error="missing <think> block")
+    return think, None
+
+
+def parse_action(text: str, require_think: bool = False, max_action_chars: int = 512
+                 ) -> ParsedAction:
+    think, failed = _precheck(text, require_think)
+    if failed is not None:
+        return failed
     found = _ACTION.findall(text)
     if not found:
         if "<action>" in text:
@@ -62,12 +70,9 @@ def parse_action(text: str, require_think: bool = False, max_action_chars: int =
 def parse_raw(text: str, require_think: bool = False, max_action_chars: int = 8192
               ) -> ParsedAction:
     """Pass-through for envs that parse the response themselves."""
-    if not isinstance(text, str):
-        return ParsedAction(None, error="output is not text")
-    think_m = _THINK.search(text)
-    think = think_m.group(1).strip() if think_m else None
-    if require_think and think is None:
-        return ParsedAction(None, error="missing <think> block")
+    think, failed = _precheck(text, require_think)
+    if failed is not None:
+        return failed
     return ParsedAction(text[:max_action_chars], think)
 
 

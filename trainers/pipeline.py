@@ -106,6 +106,25 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: MetricsLogger,
+                phase: str, desc: str, progress: bool) -> float:
+    """One supervised phase (corpus LM or demo SFT) with a bar and a log every 10 steps."""
+    bar = tqdm(total=-(-len(rows) // ws.batch_size) * epochs, desc=desc, leave=False,
+               disable=not progress)
+
+    def on_step(step: int, rec: dict) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{rec['sft_loss']:.3f}")
+        if step % 10 == 0:
+            log.log(step, phase, rec)
+
+    t0 = time.time()
+    sft_train(model, rows, epochs, ws.lr, ws.batch_size, ws.token_budget, pad_id, seed=seed,
+              weight_decay=ws.weight_decay, warmup_steps=ws.warmup_steps, on_step=on_step)
+    bar.close()
+    return time.time() - t0
+
+
 def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = True):
     ws = cfg.warmstart
     make_train = env_factory(cfg, cfg.env.train_split)
@@ -136,40 +155,16 @@ def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = 
     model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed, phrases=phrases)
     if lm_texts:
         rows = lm_rows(lm_texts, tok, ws.lm_row_tokens)
-        bar = tqdm(total=-(-len(rows) // ws.batch_size) * ws.lm_epochs, desc="corpus LM",
-                   leave=False, disable=not progress)
-
-        def on_lm_step(step: int, rec: dict) -> None:
-            bar.update(1)
-            if step % 10 == 0:
-                log.log(step, "lm", rec)
-
-        t0 = time.time()
-        sft_train(model, rows, ws.lm_epochs, ws.lr, ws.batch_size, ws.token_budget,
-                  tok.pad_token_id, seed=cfg.seed, weight_decay=ws.weight_decay,
-                  warmup_steps=ws.warmup_steps, on_step=on_lm_step)
-        bar.close()
-        log.log(0, "lm_done", {"rows": len(rows), "seconds": time.time() - t0})
+        secs = _supervised(model, rows, ws, ws.lm_epochs, tok.pad_token_id, cfg.seed, log,
+                           "lm", "corpus LM", progress)
+        log.log(0, "lm_done", {"rows": len(rows), "seconds": secs})
     if ws.enabled:
         prompter = ChatPrompter(tok, cfg.agent.system_prompt)
         rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
                          cfg.agent.max_context_tokens, ws.train_on_noise)
-        total = -(-len(rows) // ws.batch_size) * ws.epochs
-        bar = tqdm(total=total, desc="warm-start SFT", leave=False, disable=not progress)
-
-        def on_step(step: int, rec: dict) -> None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{rec['sft_loss']:.3f}")
-            if step % 10 == 0:
-                log.log(step, "sft", rec)
-
-        t0 = time.time()
-        sft_train(model, rows, ws.epochs, ws.lr, ws.batch_size, ws.token_budget,
-                  tok.pad_token_id, seed=cfg.seed, weight_decay=ws.weight_decay,
-                  warmup_steps=ws.warmup_steps, on_step=on_step)
-        bar.close()
-        log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows),
-                                "seconds": time.time() - t0})
+        secs = _supervised(model, rows, ws, ws.epochs, tok.pad_token_id, cfg.seed, log, "sft",
+                           "warm-start SFT", progress)
+        log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "seconds": secs})
     save_model_dir(out / "warmstart", model, tok, {"phase": "warmstart"})
     return model, tok
 
