@@ -53,6 +53,7 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
         for env, bp in zip(envs, points):
             obs, info = env.reset(seed=bp.task_seed)
             info0 = _clean_info(info, cfg.keep_admissible)
+            info0["first_observation"] = obs
             for a in bp.actions:
                 obs, _, term, trunc, info = env.step(a)
                 if term or trunc:

@@ -101,8 +101,10 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
             obs, info = env.reset(seed=int(seed), options=reset_options)
             ids = prompter.initial_ids(render_observation(obs, info, cfg.show_admissible))
             tid = str(info.get("task_id", f"seed-{seed}"))
+            info0 = _clean_info(info, cfg.keep_admissible)
+            info0["first_observation"] = obs  # for judges; the agent saw it as tokens
             episodes.append(_Episode(env, int(seed), f"{tid}#{k}", list(ids), list(ids), tid,
-                                     info0=_clean_info(info, cfg.keep_admissible)))
+                                     info0=info0))
     try:
         run_episodes(policy, prompter, episodes, cfg, progress)
     finally:

@@ -3,6 +3,7 @@
 from . import scoring  # noqa: F401
 from . import grpo as _grpo  # noqa: F401  (registers "grpo")
 from . import info_gain as _info_gain  # noqa: F401  (registers "info_gain")
+from . import role_judge as _role_judge  # noqa: F401  (registers "role_judge")
 from . import step_groups as _step_groups  # noqa: F401  (registers "step_groups")
 from . import td_log_ratio as _td_log_ratio  # noqa: F401  (registers "td_log_ratio")
 from .registry import (CreditContext, assign_credit, get_estimator, list_estimators,

@@ -29,6 +29,7 @@ class CreditContext:
     reference: Any = None  # frozen reference policy
     scorer: Any = None  # GoldScorer over the current policy
     reference_scorer: Any = None  # GoldScorer over the frozen reference model
+    judge: Any = None  # segment role judge (credit.roles.Judge)
     extras: dict = field(default_factory=dict)
 
     def need(self, name: str, estimator: str) -> Any:

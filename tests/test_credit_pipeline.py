@@ -13,6 +13,8 @@ from turngym.trainers.pipeline import train
     ("search_grpo", "info_gain", SEARCH_SMOKE, "credit/ig_mean"),
     ("search_grpo", "td_log_ratio", SEARCH_SMOKE, "credit/td_reward_mean"),
     ("quickstart", "step_groups", TW_SMOKE, "credit/grouped_turn_frac"),
+    ("quickstart", "role_judge", TW_SMOKE, "credit/role/useful_exploration"),
+    ("search_grpo", "role_judge", SEARCH_SMOKE, "credit/env_facing_turns_per_episode"),
 ])
 def test_estimator_in_training_loop(tmp_path, config, credit, smoke, metric):
     out = tmp_path / "run"

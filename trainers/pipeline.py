@@ -88,7 +88,25 @@ def credit_context(needs, policy, model, ref, tokenizer, params: dict
         ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template)
     if "reference_scorer" in needs:
         ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template)
+    if "judge" in needs:
+        ctx.judge = make_judge(params.get("judge") or {"kind": "oracle"})
     return ctx
+
+
+def make_judge(spec: dict):
+    """``{"kind": "oracle"}`` or ``{"kind": "openai", "base_url": ..., ...OpenAIJudge args}``."""
+    from ..credit.llm_judge import OpenAIJudge
+    from ..credit.roles import OracleJudge
+
+    spec = dict(spec)
+    kind = spec.pop("kind", "oracle")
+    if kind == "oracle":
+        return OracleJudge()
+    if kind == "openai":
+        if "base_url" not in spec:
+            raise ValueError("an openai judge needs base_url (e.g. http://127.0.0.1:8001/v1)")
+        return OpenAIJudge(**spec)
+    raise ValueError(f"unknown judge kind {kind!r}; use oracle or openai")
 
 
 def _quiet_transformers() -> None:

