@@ -28,6 +28,9 @@ class BranchPoint:
     prior_reward: float = 0.0
     group_id: str = ""
     task_id: str = ""
+    # tokens of the interrupted response already in ``context`` (mid-response branch):
+    # the env receives them + the continuation as one action
+    response_prefix: tuple[int, ...] = ()
 
 
 def branch_point(traj: Trajectory, turn: int) -> BranchPoint:
@@ -40,6 +43,20 @@ def branch_point(traj: Trajectory, turn: int) -> BranchPoint:
                        tuple(traj.token_ids()[:start]), turn,
                        float(sum(t.reward for t in traj.turns[:turn])),
                        traj.group_id, traj.task_id)
+
+
+def branch_point_at(traj: Trajectory, position: int) -> BranchPoint:
+    """A branch *inside* a response: the context is ``token_ids()[:position]``, where
+    ``position`` indexes a response token of some turn; the policy re-samples that
+    token and everything after it."""
+    for t, (start, end) in enumerate(traj.response_spans()):
+        if start <= position < end:
+            bp = branch_point(traj, t)
+            ids = traj.token_ids()
+            return BranchPoint(bp.task_seed, bp.actions, tuple(ids[:position]), t,
+                               bp.prior_reward, bp.group_id, bp.task_id,
+                               tuple(ids[start:position]))
+    raise ValueError(f"token {position} is not a response token of the trajectory")
 
 
 def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
@@ -62,7 +79,7 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
             ctx = list(bp.context)
             e = _Episode(env, bp.task_seed, bp.group_id, ctx, list(ctx),
                          bp.task_id or str(info0.get("task_id", bp.task_seed)), info0=info0,
-                         start_turn=bp.turn)
+                         start_turn=bp.turn, response_prefix=list(bp.response_prefix))
             e.total_reward = bp.prior_reward
             episodes.append(e)
         run_episodes(policy, prompter, episodes, cfg, progress)

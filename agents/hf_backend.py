@@ -214,8 +214,9 @@ class KVSession:
 
     @torch.no_grad()
     def generate(self, rows: Sequence[int], new_tokens: Sequence[Sequence[int]],
-                 params: SamplingParams) -> list[Sample]:
-        """Appends ``new_tokens[k]`` to row ``rows[k]`` and samples a continuation for each."""
+                 params: SamplingParams, max_new: Sequence[int] | None = None) -> list[Sample]:
+        """Appends ``new_tokens[k]`` to row ``rows[k]`` and samples a continuation for each
+        (at most ``max_new[k]`` tokens when given, else ``params.max_new_tokens``)."""
         pad = self.policy.pad_id
         chunks = [[] for _ in range(self.B)]
         for r, toks in zip(rows, new_tokens):
@@ -233,15 +234,19 @@ class KVSession:
         self.model.eval()
         try:
             logits = self._forward(ids.to(self.device), new_mask.to(self.device))
-            return self._decode(rows, logits, params)
+            return self._decode(rows, logits, params, max_new)
         finally:
             self.model.train(was_training)
 
-    def _decode(self, rows, logits, params: SamplingParams) -> list[Sample]:
+    def _decode(self, rows, logits, params: SamplingParams, max_new=None) -> list[Sample]:
         device, pad = self.device, self.policy.pad_id
         stop = torch.tensor(self.policy.stop_token_ids, device=device)
         live = torch.zeros(self.B, dtype=torch.bool, device=device)
         live[list(rows)] = True
+        limit = torch.full((self.B,), params.max_new_tokens, dtype=torch.long, device=device)
+        if max_new is not None:
+            limit[list(rows)] = torch.tensor([max(1, min(int(m), params.max_new_tokens))
+                                              for m in max_new], device=device)
         toks, lps, alive = [], [], []
         gen = self.policy.generator
         for step in range(params.max_new_tokens):
@@ -257,7 +262,7 @@ class KVSession:
             toks.append(tok)
             lps.append(lp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1))
             alive.append(live.clone())
-            live = live & ~torch.isin(tok, stop)
+            live = live & ~torch.isin(tok, stop) & (step + 1 < limit)
             if not bool(live.any()) or step + 1 == params.max_new_tokens:
                 break
             # feed the token of rows still going; finished rows get masked padding

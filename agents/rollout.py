@@ -61,6 +61,7 @@ class _Episode:
     invalid_streak: int = 0
     info0: dict = field(default_factory=dict)
     start_turn: int = 0  # > 0 for continuations resumed mid-episode (agents.branching)
+    response_prefix: list = field(default_factory=list)  # mid-response branch: tokens so far
 
 
 class EnvPool:
@@ -132,17 +133,32 @@ def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[_Epi
         if not live_idx:
             break
         live = [episodes[i] for i in live_idx]
+        # a mid-response branch has part of its response already: only the rest is new
+        budget = [params.max_new_tokens - len(e.response_prefix) for e in live]
         if session is not None:
-            samples = session.generate(live_idx, [e.pending for e in live], params)
+            samples = session.generate(live_idx, [e.pending for e in live], params,
+                                       max_new=budget)
         else:
-            samples = policy.generate([e.context for e in live], params)
-        parsed = [parse(policy.decode(s.token_ids), require_think=cfg.require_think)
-                  for s in samples]
+            samples = [_cut(s, b, policy.stop_token_ids) for s, b in
+                       zip(policy.generate([e.context for e in live], params), budget)]
+        parsed = [parse(policy.decode(list(e.response_prefix) + list(s.token_ids)),
+                        require_think=cfg.require_think) for e, s in zip(live, samples)]
+        for e in live:
+            e.response_prefix = []
         _prepare_steps(live, parsed)
         for e, s, p in zip(live, samples, parsed):
             _advance(e, s, p, prompter, cfg, e.start_turn + len(e.turns))
         if progress is not None:
             progress(len(live))
+
+
+def _cut(sample, n: int, stop_ids) -> "Sample":
+    """A sample shortened to ``n`` tokens (backends without per-row limits)."""
+    n = max(1, n)
+    if len(sample.token_ids) <= n:
+        return sample
+    ids = tuple(sample.token_ids[:n])
+    return type(sample)(ids, tuple(sample.logprobs[:n]), ids[-1] in stop_ids)
 
 
 def _prepare_steps(live: Sequence[_Episode], parsed: Sequence[ParsedAction]) -> None:

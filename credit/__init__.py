@@ -1,6 +1,7 @@
 """Credit modules: trajectory groups in, per-turn advantages out."""
 
 from . import scoring  # noqa: F401
+from . import branch_contrast as _branch_contrast  # noqa: F401  (registers "branch_contrast")
 from . import grpo as _grpo  # noqa: F401  (registers "grpo")
 from . import info_gain as _info_gain  # noqa: F401  (registers "info_gain")
 from . import role_judge as _role_judge  # noqa: F401  (registers "role_judge")

@@ -30,6 +30,7 @@ class CreditContext:
     scorer: Any = None  # GoldScorer over the current policy
     reference_scorer: Any = None  # GoldScorer over the frozen reference model
     judge: Any = None  # segment role judge (credit.roles.Judge)
+    brancher: Any = None  # BranchPoints -> continuation Trajectories (exact-prefix resume)
     extras: dict = field(default_factory=dict)
 
     def need(self, name: str, estimator: str) -> Any:

@@ -194,3 +194,39 @@ def reduce_scores(token_lps: Sequence[np.ndarray], how: str = "mean") -> float:
         raise ValueError(f"reduce must be 'mean' or 'sum', got {how!r}")
     vals = [float(a.mean() if how == "mean" else a.sum()) for a in token_lps]
     return max(vals)
+
+
+@torch.no_grad()
+def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
+                       max_batch_tokens: int = 16384) -> list[np.ndarray]:
+    """Per trajectory, the policy's entropy (nats) at every token position: entry q is
+    the entropy of the distribution that produced token q (0 for q = 0).  Callers
+    keep the response positions (agent tokens), never observation tokens."""
+    out: list = [None] * len(trajs)
+    seqs = [t.token_ids() for t in trajs]
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        i = 0
+        while i < len(order):
+            width = len(seqs[order[i]])
+            n = max(1, max_batch_tokens // max(1, width))
+            idx = order[i:i + n]
+            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            att = torch.zeros((len(idx), width), dtype=torch.long)
+            for b, k in enumerate(idx):
+                ids[b, : len(seqs[k])] = torch.tensor(seqs[k])
+                att[b, : len(seqs[k])] = 1
+            logp = torch.log_softmax(model(input_ids=ids.to(device),
+                                           attention_mask=att.to(device)).logits.float(), -1)
+            ent = -(logp.exp() * logp).sum(-1).cpu()  # [B, W]: entropy of the next token
+            for b, k in enumerate(idx):
+                e = np.zeros(len(seqs[k]))
+                e[1:] = ent[b, : len(seqs[k]) - 1].numpy()
+                out[k] = e
+            i += n
+    finally:
+        model.train(was_training)
+    return out

@@ -15,6 +15,7 @@ from turngym.trainers.pipeline import train
     ("quickstart", "step_groups", TW_SMOKE, "credit/grouped_turn_frac"),
     ("quickstart", "role_judge", TW_SMOKE, "credit/role/useful_exploration"),
     ("search_grpo", "role_judge", SEARCH_SMOKE, "credit/env_facing_turns_per_episode"),
+    ("quickstart", "branch_contrast", TW_SMOKE, "credit/nodes"),
 ])
 def test_estimator_in_training_loop(tmp_path, config, credit, smoke, metric):
     out = tmp_path / "run"

@@ -67,6 +67,7 @@ def rows_from_groups(groups: Sequence[TrajectoryGroup], credits: Sequence[Credit
         for i, traj in enumerate(g):
             tok = c.token_advantages[i] if c.token_advantages is not None else None
             rows.append(trajectory_rows(traj, c.turn_advantages[i], tok))
+        rows.extend(trajectory_rows(traj, adv) for traj, adv in c.extra)
     return rows
 
 

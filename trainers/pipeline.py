@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from .. import credit as credit_lib
+from ..agents.branching import continue_from
 from ..agents.factory import build_model, load_pretrained
 from ..agents.hf_backend import HFPolicy
 from ..agents.prompting import ChatPrompter
@@ -78,12 +79,12 @@ def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool
     return summarize(groups)
 
 
-def credit_context(needs, policy, model, ref, tokenizer, params: dict
+def credit_context(needs, policy, model, ref, tokenizer, params: dict, brancher=None
                    ) -> credit_lib.CreditContext:
     """Builds the services the chosen estimator declared (answer scorers over the
     current policy and/or the frozen warm-start reference)."""
     template = params.get("answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
-    ctx = credit_lib.CreditContext(policy=policy, reference=ref)
+    ctx = credit_lib.CreditContext(policy=policy, reference=ref, brancher=brancher)
     if "scorer" in needs:
         ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template)
     if "reference_scorer" in needs:
@@ -239,7 +240,12 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
     pool = EnvPool(env_factory(cfg, cfg.env.train_split))
     rcfg = rollout_config(cfg)
     credit_params = OmegaConf.to_container(rl.credit.params, resolve=True) or {}
-    credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params)
+    version = {"step": start_step}
+
+    def brancher(points):  # exact-prefix continuations for branch-based credit
+        return continue_from(policy, prompter, pool, points, rcfg, version["step"])
+
+    credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params, brancher)
 
     bar = tqdm(range(start_step, rl.steps), initial=start_step, total=rl.steps, desc="RL",
                disable=not progress)
@@ -249,6 +255,7 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
         hi = rl.task_pool if rl.task_pool else 2**31 - 1
         seeds = step_rng.integers(0, hi, size=rl.tasks_per_step).tolist()
         t0 = time.time()
+        version["step"] = step
         groups = rollout(policy, prompter, pool, seeds, rl.group_size, rcfg, policy_version=step)
         t_roll = time.time() - t0
         t_c = time.time()

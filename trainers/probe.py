@@ -128,7 +128,8 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
                      "skipped": {}}
     for name in estimators or credit_lib.list_estimators():
         needs = credit_lib.requirements(name)
-        ctx = credit_context(needs, policy, model, ref if ref is not None else model, tok, params)
+        ctx = credit_context(needs, policy, model, ref if ref is not None else model, tok, params,
+                             lambda pts: continue_from(policy, prompter, pool, pts, rcfg))
         try:
             credits = credit_lib.assign_credit(name, groups, params, ctx)
         except (KeyError, ValueError) as exc:  # e.g. no gold answer / state keys in this env

@@ -168,20 +168,28 @@ class CreditAssignment:
             response tokens (one entry per turn, aligned with ``response_ids``),
             used by estimators whose credit segments do not follow turns.
         metrics: scalars for logging (means over the group).
+        extra: additional trajectories to train on with their turn advantages (e.g.
+            branch continuations: their shared prefix is prompt, so loss mask 0).
     """
 
     turn_advantages: tuple[tuple[float, ...], ...]
     token_advantages: tuple[tuple[tuple[float, ...], ...] | None, ...] | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    extra: tuple[tuple["Trajectory", tuple[float, ...]], ...] = ()
 
     def validate(self, group: TrajectoryGroup) -> None:
         if len(self.turn_advantages) != len(group):
             raise ValueError("one advantage row per trajectory expected")
-        for adv, traj in zip(self.turn_advantages, group):
+        for adv, traj in list(zip(self.turn_advantages, group)) + [(a, t) for t, a in self.extra]:
             if len(adv) != traj.num_turns:
                 raise ValueError(
                     f"trajectory with {traj.num_turns} turns got {len(adv)} advantages"
                 )
+        if self.token_advantages is not None:
+            for toks, traj in zip(self.token_advantages, group):
+                if toks is not None and [len(x) for x in toks] != [len(t.response_ids)
+                                                                    for t in traj.turns]:
+                    raise ValueError("token advantages must match every turn's response")
 
 
 def group_by_task(trajectories: Sequence[Trajectory]) -> list[TrajectoryGroup]:

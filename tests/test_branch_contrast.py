@@ -1,0 +1,134 @@
+"""Branch contrast (CBPO): exact-prefix branches, budget and decays, sign-keeping CBV
+rescaling, non-overlapping segments, extra branch trajectories with masked prefixes."""
+
+import numpy as np
+import pytest
+
+from turngym.agents import EnvPool, HFPolicy, RolloutConfig, rollout
+from turngym.agents.branching import branch_point_at, continue_from
+from turngym.credit import CreditContext, assign_credit
+from turngym.credit.branch_contrast import contrast_value, select_nodes
+from turngym.envs.textworld import TextWorldEnv
+from turngym.trainers.batching import rows_from_groups
+
+
+def _setup(tiny_stack, seeds=(1, 2), group=4, temperature=1.5):
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    pool = EnvPool(lambda: TextWorldEnv(split="train", max_steps=5))
+    cfg = RolloutConfig(max_turns=4, max_new_tokens=6, temperature=temperature)
+    groups = rollout(policy, prompter, pool, list(seeds), group, cfg)
+    calls = []
+
+    def brancher(points):
+        calls.append(list(points))
+        return continue_from(policy, prompter, pool, points, cfg)
+    return policy, prompter, pool, cfg, groups, brancher, calls
+
+
+def test_mid_response_branch_keeps_the_exact_prefix(tiny_stack):
+    policy, prompter, pool, cfg, groups, _, _ = _setup(tiny_stack)
+    traj = groups[0].trajectories[0]
+    s, e = traj.response_spans()[-1]
+    q = s + max(1, (e - s) // 2) if e - s > 1 else s
+    bp = branch_point_at(traj, q)
+    assert list(bp.context) == traj.token_ids()[:q]
+    assert list(bp.response_prefix) == traj.token_ids()[s:q]
+    cont = continue_from(policy, prompter, pool, [bp] * 3, cfg)
+    for c in cont:
+        assert c.turns[0].prompt_ids == tuple(traj.token_ids()[:q])  # identical prefix
+    with pytest.raises(ValueError, match="not a response token"):
+        branch_point_at(traj, 0)
+
+
+def test_greedy_branch_at_a_token_reproduces_the_parent(tiny_stack):
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    pool = EnvPool(lambda: TextWorldEnv(split="train", max_steps=5))
+    cfg = RolloutConfig(max_turns=3, max_new_tokens=6, greedy=True)
+    traj = rollout(policy, prompter, pool, [3], 1, cfg)[0].trajectories[0]
+    s, e = traj.response_spans()[1]
+    cont = continue_from(policy, prompter, pool, [branch_point_at(traj, e - 1)], cfg)[0]
+    full = list(cont.turns[0].prompt_ids) + list(cont.turns[0].response_ids)
+    assert full == traj.token_ids()[:e]  # the re-sampled tail equals the original
+    assert [t.observation for t in cont.turns] == [t.observation for t in traj.turns[1:]]
+
+
+def test_budget_and_decays():
+    ents = [np.array([0, 5, 4.9, 4.8, 0, 0, 1.0]), np.array([0, 3, 2.9, 0.5])]
+    spans = [[(1, 4), (5, 7)], [(1, 4)]]
+    # no decay: the three highest-entropy tokens, all on trajectory 0
+    assert select_nodes(ents, spans, 3, 8, 1.0, 1.0, 2) == [(0, 1), (0, 2), (0, 3)]
+    # path decay spreads nodes across trajectories
+    picked = select_nodes(ents, spans, 3, 8, 0.5, 1.0, 0)
+    assert {i for i, _ in picked} == {0, 1}
+    # node decay 0: no two nodes within the window on one trajectory
+    picked = select_nodes(ents, spans, 4, 8, 1.0, 0.0, 1)
+    for i in (0, 1):
+        qs = sorted(q for j, q in picked if j == i)
+        assert all(b - a > 1 for a, b in zip(qs, qs[1:]))
+    assert len(select_nodes(ents, spans, 100, 8, 1.0, 1.0, 0)) == 6 + 3 - 2  # all candidates
+    assert contrast_value(np.array([1.0, 0, 0, 1]), "std") == 0.5
+    assert contrast_value(np.array([1.0, 0, 0]), "range") == 1.0
+
+
+def test_branch_contrast_credit_end_to_end(tiny_stack):
+    policy, prompter, pool, cfg, groups, brancher, calls = _setup(tiny_stack)
+    ctx = CreditContext(policy=policy, brancher=brancher)
+    params = {"budget": 5, "branches_per_node": 2, "entropy_topk": 4}
+    res = assign_credit("branch_contrast", groups, params, ctx)
+    for g, c in zip(groups, res):
+        n_nodes = int(c.metrics["nodes"])
+        assert n_nodes <= 5 and c.metrics["branches"] == 2 * n_nodes
+        assert len(c.extra) == 2 * n_nodes
+        # token advantages cover every response token exactly once
+        for traj, toks in zip(g, c.token_advantages):
+            assert [len(x) for x in toks] == [len(t.response_ids) for t in traj.turns]
+        for b, adv in c.extra:
+            assert len(adv) == b.num_turns
+    assert sum(len(x) for x in calls) == sum(int(c.metrics["branches"]) for c in res)
+    rows = rows_from_groups(groups, res)
+    n_parent = sum(len(g) for g in groups)
+    assert len(rows) == n_parent + sum(len(c.extra) for c in res)
+    # branch rows train only the re-sampled tokens: the shared prefix is prompt (mask 0)
+    extra_rows, k = [], 0
+    for g, c in zip(groups, res):  # rows: a group's parents, then its branches
+        k += len(g)
+        extra_rows += list(zip(rows[k:k + len(c.extra)], [b for b, _ in c.extra]))
+        k += len(c.extra)
+    assert len(extra_rows) == len(rows) - n_parent
+    for r, b in extra_rows:
+        n_prefix = len(b.turns[0].prompt_ids)
+        assert r.ids[:n_prefix] == list(b.turns[0].prompt_ids)
+        assert not any(r.mask[:n_prefix])
+        assert sum(r.mask) == sum(len(t.response_ids) for t in b.turns)
+
+
+def test_cbv_rescaling_keeps_signs_and_segments_follow_nodes(tiny_stack, monkeypatch):
+    policy, prompter, pool, cfg, groups, brancher, _ = _setup(tiny_stack, seeds=(1,), group=3)
+    g = groups[0]
+    import turngym.credit.branch_contrast as bc
+
+    # fixed nodes and scripted branch outcomes make the expected numbers exact
+    nodes = []
+    for i, tr in enumerate(g):
+        s, e = tr.response_spans()[0]
+        nodes.append((i, s))
+    monkeypatch.setattr(bc, "select_nodes", lambda *a, **k: nodes)
+    outcomes = iter([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+
+    def scripted(points):
+        out = continue_from(policy, prompter, pool, points, cfg)
+        return [b.with_(outcome_reward=next(outcomes)) for b in out]
+    res = assign_credit("branch_contrast", [g], {"branches_per_node": 2},
+                        CreditContext(policy=policy, brancher=scripted))[0]
+    for n, (i, q) in enumerate(nodes):
+        r = np.array([g.trajectories[i].outcome_reward, *[[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]][n]])
+        a = (r - r.mean()) / (r.std() + 1e-6) if r.std() > 0 else np.zeros(3)
+        branch_adv = [adv[0] for b, adv in res.extra[2 * n:2 * n + 2]]
+        assert np.all(np.sign(branch_adv) == np.sign(a[1:]))  # CBV keeps the sign
+        toks = np.concatenate(res.token_advantages[i])
+        if r.std() > 0:
+            assert np.all(np.sign(toks) == np.sign(a[0])) or a[0] == 0
+        else:  # no contrast at this node: the outcome advantage stays
+            assert np.allclose(toks, res.turn_advantages[i][0])
