@@ -76,7 +76,8 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
     ax.set_xlabel("RL step")
     ax.set_ylabel("success rate")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.set_title("success")
     ax = axes[1]
     if train:
@@ -89,7 +90,8 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
         ax2.legend(loc="upper right", fontsize=8)
     ax.set_xlabel("RL step")
     ax.set_ylabel("turns")
-    ax.legend(loc="upper left", fontsize=8)
+    if train:
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_title("episode length / invalid actions")
     fig.tight_layout()
     out = Path(out_png)
