@@ -9,8 +9,11 @@ and every turn of segment s of trajectory i gets::
 
 With ``keep_outcome_sign`` (default) a correction never flips the outcome's
 sign: where it would, the turn keeps ``min_keep * A^GRPO_i``.  In a group with
-no outcome signal (all rewards equal) turns get ``role_weight * c`` alone
-(``zero_outcome: roles``) or 0 (``zero_outcome: zero``).  |correction| is at most
+no outcome signal (all rewards equal) turns get 0 (``zero_outcome: zero``, the
+default: the outcome stays the direction) or ``role_weight * c`` alone
+(``zero_outcome: roles``).  Measured on the text world with the tiny model,
+``roles`` is reward-hackable: most groups have no success, the policy learns to
+"explore" (valid state-changing actions) and success fell to 0 in 80 steps.  |correction| is at most
 ``role_weight * max|c|``: bounded by construction.
 
 The judge comes from the context: ``OracleJudge`` (privileged env progress, no
@@ -58,7 +61,7 @@ def role_judge(group: TrajectoryGroup, cfg: Mapping[str, Any],
     values = role_values(cfg)
     beta = float(cfg.get("role_weight", 0.5))
     min_keep = float(cfg.get("min_keep", 0.1))
-    zero_mode = cfg.get("zero_outcome", "roles")
+    zero_mode = cfg.get("zero_outcome", "zero")
     if zero_mode not in ("roles", "zero"):
         raise ValueError("zero_outcome must be 'roles' or 'zero'")
     trajs = list(group)

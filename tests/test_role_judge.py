@@ -112,9 +112,9 @@ def test_corrections_are_bounded_and_keep_the_outcome_sign():
     assert res.metrics["role/decisive_progress"] == pytest.approx(4 / 12)
     assert res.metrics["env_facing_turns_per_episode"] == 3
     flat = _group([0.0, 0.0])
-    a = assign_credit("role_judge", [flat], {"role_weight": 0.5}, ctx)[0]
+    a = assign_credit("role_judge", [flat], {"role_weight": 0.5, "zero_outcome": "roles"}, ctx)[0]
     assert a.turn_advantages[0] == (0.5, -0.5, 0.125)
-    z = assign_credit("role_judge", [flat], {"zero_outcome": "zero"}, ctx)[0]
+    z = assign_credit("role_judge", [flat], {}, ctx)[0]  # default: no outcome, no update
     assert all(x == 0 for row in z.turn_advantages for x in row)
     with pytest.raises(ValueError, match="unknown roles"):
         assign_credit("role_judge", [g], {"role_values": {"heroic": 1.0}}, ctx)
