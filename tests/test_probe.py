@@ -90,3 +90,11 @@ def test_probe_cli_writes_json_and_plot(tmp_path, tiny_stack):
     for m in res["modules"].values():
         assert -1.0 <= m["spearman"] <= 1.0 and m["turns"] > 0
     assert (tmp_path / "probe" / "probe.png").stat().st_size > 1000
+
+
+def test_token_level_credit_is_averaged_per_turn():
+    from turngym.trainers.probe import turn_level
+    from turngym.types import CreditAssignment
+
+    c = CreditAssignment(((1.0, 1.0), (0.5,)), (((0.0, 2.0, 4.0), ()), None))
+    np.testing.assert_allclose(turn_level(c), [2.0, 1.0, 0.5])

@@ -67,6 +67,18 @@ def agreement(estimate: np.ndarray, truth: np.ndarray, tol: float = 1e-6) -> dic
             "turns": int(len(truth)), "clear_turns": int(clear.sum())}
 
 
+def turn_level(c) -> np.ndarray:
+    """One number per turn: the turn advantage, or the mean of the turn's token
+    advantages where an estimator credits below the turn (branch segments)."""
+    out = []
+    for i, adv in enumerate(c.turn_advantages):
+        toks = c.token_advantages[i] if c.token_advantages is not None else None
+        for t, a in enumerate(adv):
+            x = toks[t] if toks is not None and toks[t] else None
+            out.append(float(np.mean(x)) if x else float(a))
+    return np.array(out, dtype=np.float64)
+
+
 def mc_true_advantages(policy, prompter, pool, groups: Sequence[TrajectoryGroup], rcfg,
                        continuations: int, chunk: int = 256, progress: bool = True
                        ) -> list[list[np.ndarray]]:
@@ -135,8 +147,7 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
         except (KeyError, ValueError) as exc:  # e.g. no gold answer / state keys in this env
             results["skipped"][name] = str(exc)
             continue
-        est = np.concatenate([np.asarray(a, dtype=np.float64) for c in credits
-                              for a in c.turn_advantages])
+        est = np.concatenate([turn_level(c) for c in credits])
         results["modules"][name] = agreement(est, flat_truth)
     if out_dir:
         out = Path(out_dir)
