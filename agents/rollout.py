@@ -17,7 +17,7 @@ import gymnasium as gym
 from ..types import StopReason, Trajectory, TrajectoryGroup, Turn
 from .observation import render_observation
 from .parsing import INVALID_FORMAT_MESSAGE, ParsedAction, get_parser
-from .policy import Policy, SamplingParams
+from .policy import Policy, Sample, SamplingParams
 from .prompting import ChatPrompter
 
 # info keys too bulky to keep on every turn
@@ -152,13 +152,13 @@ def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[_Epi
             progress(len(live))
 
 
-def _cut(sample, n: int, stop_ids) -> "Sample":
+def _cut(sample: Sample, n: int, stop_ids) -> Sample:
     """A sample shortened to ``n`` tokens (backends without per-row limits)."""
     n = max(1, n)
     if len(sample.token_ids) <= n:
         return sample
     ids = tuple(sample.token_ids[:n])
-    return type(sample)(ids, tuple(sample.logprobs[:n]), ids[-1] in stop_ids)
+    return Sample(ids, tuple(sample.logprobs[:n]), ids[-1] in stop_ids)
 
 
 def _prepare_steps(live: Sequence[_Episode], parsed: Sequence[ParsedAction]) -> None:

@@ -11,7 +11,6 @@ import argparse
 import time
 
 import faiss
-import numpy as np
 
 import turngym  # noqa: F401
 from turngym.envs.search.dataset import get_dataset, get_retriever

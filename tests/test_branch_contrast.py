@@ -132,3 +132,34 @@ def test_cbv_rescaling_keeps_signs_and_segments_follow_nodes(tiny_stack, monkeyp
             assert np.all(np.sign(toks) == np.sign(a[0])) or a[0] == 0
         else:  # no contrast at this node: the outcome advantage stays
             assert np.allclose(toks, res.turn_advantages[i][0])
+
+
+class NoSession:
+    """The same model behind the bare Policy protocol (no KV sessions)."""
+
+    def __init__(self, policy):
+        self.p = policy
+        self.stop_token_ids = policy.stop_token_ids
+
+    def generate(self, prompts, params):
+        return self.p.generate(prompts, params)
+
+    def score(self, seqs):
+        return self.p.score(seqs)
+
+    def decode(self, ids):
+        return self.p.decode(ids)
+
+
+def test_branch_budget_without_kv_sessions(tiny_stack):
+    tok, model, prompter = tiny_stack
+    policy = NoSession(HFPolicy(model, tok, generator_seed=0))
+    pool = EnvPool(lambda: TextWorldEnv(split="train", max_steps=5))
+    cfg = RolloutConfig(max_turns=3, max_new_tokens=6, greedy=True)
+    traj = rollout(policy, prompter, pool, [3], 1, cfg)[0].trajectories[0]
+    s, e = traj.response_spans()[0]
+    cont = continue_from(policy, prompter, pool, [branch_point_at(traj, e - 1)], cfg)[0]
+    # the re-sampled tail is cut to what is left of the response budget
+    assert len(cont.turns[0].response_ids) == 1
+    assert list(cont.turns[0].prompt_ids) + list(cont.turns[0].response_ids) == \
+        traj.token_ids()[:e]

@@ -4,7 +4,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 
 from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
 from turngym.credit import CreditContext, assign_credit, requirements
