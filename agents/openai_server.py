@@ -13,16 +13,14 @@ with a fixed sampler seed so answers are reproducible.  Malformed requests get a
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
+from ..jsonhttp import json_server, start_in_thread
 from .hf_backend import HFPolicy
 from .policy import SamplingParams
-
-MAX_BODY = 4 << 20
 
 
 class ChatModel:
@@ -60,59 +58,17 @@ class ChatModel:
 
 
 def make_server(chat: ChatModel, host: str = "127.0.0.1", port: int = 8001) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def error(code: int, msg: str) -> dict:
+        kind = "invalid_request_error" if code < 500 else "server_error"
+        return {"error": {"message": msg, "type": kind}}
 
-        def log_message(self, fmt, *args):
-            pass
-
-        def _send(self, code: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, code: int, msg: str) -> None:
-            self._send(code, {"error": {"message": msg, "type": "invalid_request_error"
-                                        if code < 500 else "server_error"}})
-
-        def do_GET(self):
-            if self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": chat.name, "object": "model", "owned_by": "turngym"}]})
-            else:
-                self._error(404, f"no route GET {self.path}")
-
-        def do_POST(self):
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self._error(404, f"no route POST {self.path}")
-                return
-            try:
-                n = int(self.headers.get("Content-Length", "0"))
-            except ValueError:
-                n = -1
-            if not 0 < n <= MAX_BODY:
-                self._error(400, "a JSON body with a valid Content-Length is required")
-                return
-            try:
-                body = json.loads(self.rfile.read(n))
-                if not isinstance(body, dict):
-                    raise ValueError("the body must be a JSON object")
-                self._send(200, chat.complete(body))
-            except (ValueError, json.JSONDecodeError) as exc:
-                self._error(400, str(exc))
-            except Exception as exc:
-                self._error(500, f"{type(exc).__name__}: {exc}")
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    models = {"object": "list", "data": [{"id": chat.name, "object": "model",
+                                          "owned_by": "turngym"}]}
+    return json_server(get={"/v1/models": lambda: models},
+                       post={"/v1/chat/completions": chat.complete},
+                       error=error, host=host, port=port)
 
 
 def serve_in_thread(chat: ChatModel, host: str = "127.0.0.1", port: int = 0):
     server = make_server(chat, host, port)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    h, p = server.server_address[:2]
-    return server, f"http://{h}:{p}/v1"
+    return server, start_in_thread(server) + "/v1"
