@@ -1,0 +1,150 @@
+"""Tool-call building blocks: @tool schemas and checked dispatch, Hermes/Qwen call
+parsing with every error path, the sandboxed Python runner, the safe calculator."""
+
+import os
+import time
+from typing import Literal, Optional
+
+import pytest
+
+from turngym.envs.tools import (CalculatorError, CallError, SandboxLimits, ToolArgumentError,
+                                ToolCall, ToolSet, evaluate, parse_tool_calls, run_python, tool,
+                                tool_response)
+
+
+@tool
+def lookup_order(order_id: str, include_items: bool = False) -> dict:
+    """Looks up an order by id.
+
+    Args:
+        order_id: the order number, e.g. "#W123"
+        include_items: also list the items
+    """
+    return {"id": order_id, "items": [] if include_items else None}
+
+
+@tool(name="scale")
+def _scale(values: list[float], factor: float, mode: Literal["mul", "div"] = "mul",
+           note: Optional[str] = None) -> list:
+    """Scales numbers."""
+    return [v * factor if mode == "mul" else v / factor for v in values]
+
+
+def test_schema_from_hints_and_docstring():
+    s = lookup_order.schema["function"]
+    assert s["name"] == "lookup_order" and s["description"] == "Looks up an order by id."
+    assert s["parameters"]["required"] == ["order_id"]
+    assert s["parameters"]["properties"]["order_id"] == {
+        "type": "string", "description": 'the order number, e.g. "#W123"'}
+    assert s["parameters"]["properties"]["include_items"]["type"] == "boolean"
+    p = _scale.schema["function"]["parameters"]["properties"]
+    assert p["values"] == {"type": "array", "items": {"type": "number"}}
+    assert p["mode"] == {"type": "string", "enum": ["mul", "div"]}
+    assert p["note"] == {"type": "string"}
+    with pytest.raises(TypeError, match=r"\*args"):
+        tool(lambda *a: None)
+
+
+def test_toolset_checks_arguments_with_clear_messages():
+    ts = ToolSet([lookup_order, _scale])
+    assert ts.call("scale", {"values": [1, 2], "factor": 2}) == [2.0, 4.0]  # ints as floats
+    assert ts.call("lookup_order", {"order_id": "#1", "include_items": True})["items"] == []
+    cases = [("nope", {}, "unknown tool 'nope'"),
+             ("lookup_order", {}, "missing required argument"),
+             ("lookup_order", {"order_id": 5}, "must be string"),
+             ("lookup_order", {"order_id": "1", "include_items": 1}, "must be boolean"),
+             ("lookup_order", {"order_id": "1", "color": "red"}, "unknown argument"),
+             ("scale", {"values": [1, "x"], "factor": 1}, r"values\[1\]"),
+             ("scale", {"values": [1], "factor": 1, "mode": "pow"}, "not one of"),
+             ("scale", [1, 2], "must be a JSON object")]
+    for name, args, msg in cases:
+        with pytest.raises(ToolArgumentError, match=msg):
+            ts.call(name, args)
+    prompt = ts.system_prompt("You are a shop assistant.")
+    assert "<tools>" in prompt and '"name": "scale"' in prompt and "<tool_call>" in prompt
+    with pytest.raises(ValueError, match="unique"):
+        ToolSet([lookup_order, lookup_order])
+
+
+def test_parse_tool_calls_and_every_error_path():
+    ok = parse_tool_calls('<think>hm</think><tool_call>{"name": "add", "arguments": {"a": 1}}'
+                          '</tool_call> and <tool_call>{"name":"x","arguments":"{\\"b\\": 2}"}'
+                          '</tool_call>')
+    assert ok.calls == (ToolCall("add", {"a": 1}), ToolCall("x", {"b": 2})) and ok.invalid == 0
+    bad = {
+        "<tool_call>{not json}</tool_call>": "not valid JSON",
+        '<tool_call>{"name": "add", "arguments": {"a": 1}': "cut off",
+        '<tool_call>{"arguments": {}}</tool_call>': '"name"',
+        '<tool_call>["add"]</tool_call>': "JSON object",
+        '<tool_call>{"name": "add", "arguments": [1]}</tool_call>': "must be a JSON object",
+        '<tool_call>{"name": "add", "arguments": "nope"}</tool_call>': "not JSON",
+    }
+    for text, msg in bad.items():
+        r = parse_tool_calls(text)
+        assert r.invalid == 1 and msg in r.calls[-1].message, (text, r)
+    many = parse_tool_calls('<tool_call>{"name": "a"}</tool_call>' * 5, max_calls=3)
+    assert len(many.calls) == 4 and isinstance(many.calls[-1], CallError)
+    assert parse_tool_calls("The answer: <answer> 42 </answer>").answer == "42"
+    assert parse_tool_calls(None).invalid == 1
+    r = tool_response("x" * 50, max_chars=10)
+    assert r.startswith("<tool_response>\nxxxxxxxxxx... [truncated 40 chars]")
+    assert tool_response({"a": 1}) == '<tool_response>\n{"a": 1}\n</tool_response>'
+
+
+FAST = SandboxLimits(wall_seconds=2.0, cpu_seconds=2, memory_mb=256)
+
+
+def test_sandbox_runs_code_in_a_throwaway_directory():
+    r = run_python("open('f.txt', 'w').write('hi')\nimport os\nprint(os.listdir('.'), "
+                   "open('f.txt').read())")
+    assert r.ok and "'f.txt'" in r.stdout and "hi" in r.stdout
+    r2 = run_python("import os\nprint(os.listdir('.'))")
+    assert "f.txt" not in r2.stdout  # a fresh directory per call
+    big = run_python("print('x' * 100000)", SandboxLimits(max_output_chars=100))
+    assert "[truncated" in big.stdout and len(big.stdout) < 200
+    err = run_python("raise ValueError('boom')")
+    assert err.returncode == 1 and "ValueError: boom" in err.render()
+
+
+@pytest.mark.parametrize("code,expect", [
+    ("while True:\n    pass", "time limit"),
+    ("import time\ntime.sleep(60)", "time limit"),
+    ("import os\nwhile True:\n    os.fork()", "os.fork is not allowed"),
+    ("import subprocess\nsubprocess.run(['sh', '-c', 'echo hi'])", "not allowed"),
+    ("import _posixsubprocess", "not allowed"),
+    ("x = bytearray(4 * 1024 ** 3)", "MemoryError"),
+    ("a = []\nwhile True:\n    a.append(' ' * 10 ** 7)", "MemoryError"),
+    ("import socket\nsocket.create_connection(('127.0.0.1', 80))", "not allowed"),
+    ("print(open('/etc/hostname').read())", "outside the working directory"),
+    ("open('/tmp/turngym_sandbox_escape', 'w').write('x')", "outside the working directory"),
+    ("import os\nos.listdir('/root')", "outside the working directory"),
+    ("import os\nos.rename('__main__.py', '/tmp/turngym_sandbox_escape')", "outside"),
+    ("import os\nos.system('touch /tmp/turngym_sandbox_escape')", "not allowed"),
+])
+def test_sandbox_survives_hostile_code(code, expect):
+    t0 = time.monotonic()
+    r = run_python(code, FAST)
+    assert not r.ok and expect in r.render(), r
+    assert time.monotonic() - t0 < 10
+    assert not os.path.exists("/tmp/turngym_sandbox_escape")
+    assert run_python("print(6 * 7)", FAST).stdout.strip() == "42"  # the parent keeps working
+
+
+def test_calculator():
+    assert evaluate("2 + 3 * 4") == 14
+    assert evaluate("sqrt(16) + 2^3") == 12
+    assert evaluate("10 / 4") == 2.5
+    assert evaluate("max(1, 7, 3) - abs(-2)") == 5
+    assert evaluate("round(pi, 2)") == 3.14
+    for expr, msg in [("9 ** 9 ** 9", "exponent"), ("1 / 0", "division by zero"),
+                      ("__import__('os')", "not allowed"), ("(1 + 2", "not an arithmetic"),
+                      ("x + 1", "not allowed"), ("", "empty"), ("sqrt(-1)", "sqrt"),
+                      ("10.0 ** 400", "too large"), ("1" * 600, "longer than"),
+                      ("[i for i in range(9)]", "not allowed"), ("True + 1", "not allowed")]:
+        with pytest.raises(CalculatorError, match=msg):
+            evaluate(expr)
+
+
+def test_cpu_limit_kills_before_the_wall_clock():
+    r = run_python("while True:\n    pass", SandboxLimits(wall_seconds=20.0, cpu_seconds=1))
+    assert not r.timed_out and r.render() == "[killed: CPU time limit]" and r.seconds < 10
