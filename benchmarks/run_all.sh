@@ -6,3 +6,4 @@ taskset -c 0 python benchmarks/bench_env.py "$@" 2>/dev/null || python benchmark
 python benchmarks/bench_rollout_train.py
 python benchmarks/bench_search.py
 python benchmarks/bench_scoring.py
+python benchmarks/bench_tools.py

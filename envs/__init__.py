@@ -21,6 +21,16 @@ ENV_SPECS: dict[str, dict] = {
         "max_episode_steps": None,  # the env's own max_turns truncates
         "description": "Search-R1 style multi-hop QA over a FAISS/BM25 retriever (bundled wiki)",
     },
+    "turngym/ToolMath-v0": {
+        "entry_point": "turngym.envs.tools.math_env:ToolMathEnv",
+        "max_episode_steps": None,
+        "description": "word problems with calculator + sandboxed Python tools (Hermes calls)",
+    },
+    "turngym/ToolShop-v0": {
+        "entry_point": "turngym.envs.tools.shop_env:ToolShopEnv",
+        "max_episode_steps": None,
+        "description": "tau-bench style retail back office; reward iff final DB == gold DB",
+    },
 }
 
 

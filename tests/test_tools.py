@@ -148,3 +148,139 @@ def test_calculator():
 def test_cpu_limit_kills_before_the_wall_clock():
     r = run_python("while True:\n    pass", SandboxLimits(wall_seconds=20.0, cpu_seconds=1))
     assert not r.timed_out and r.render() == "[killed: CPU time limit]" and r.seconds < 10
+
+
+def _play(env, seed, actions=None):
+    obs, info = env.reset(seed=seed)
+    infos, done, k = [], False, 0
+    while not done:
+        a = env.oracle_action() if actions is None else actions[k]
+        k += 1
+        obs, r, term, trunc, info = env.step(a)
+        infos.append((obs, r, info))
+        done = term or trunc
+    return infos
+
+
+def test_tool_envs_registered_check_env_and_oracles_solve():
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    import turngym  # noqa: F401
+    for env_id in ("turngym/ToolMath-v0", "turngym/ToolShop-v0"):
+        env = gym.make(env_id, split="test")
+        check_env(env.unwrapped)
+        obs, info = env.reset(seed=0)
+        assert "<tools>" in obs and "gold" not in obs.lower()
+        wins = sum(_play(env.unwrapped, s)[-1][2]["won"] for s in range(20))
+        assert wins == 20, env_id
+
+
+def test_tool_env_error_paths_are_observations():
+    from turngym.envs.tools.shop_env import ToolShopEnv
+
+    env = ToolShopEnv(max_turns=6)
+    env.reset(seed=1)
+    steps = [
+        "I will help you.",  # neither a call nor an answer
+        '<tool_call>{"name": "find_user", "arguments": {"name": 3}}</tool_call>',
+        '<tool_call>{"name": "teleport", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "get_order" "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "get_order", "arguments": {"order_id": "#W1000"}}',
+    ]
+    expect = ["Invalid response", "must be string", "unknown tool", "not valid JSON", "cut off"]
+    for a, e in zip(steps, expect):
+        obs, r, term, trunc, info = env.step(a)
+        assert e in obs and r == 0.0 and not info["valid_action"]
+    assert env.total_invalid == 4 and env.total_calls == 4
+    obs, r, term, trunc, info = env.step("<answer> done </answer>")  # nothing was done
+    assert term and r == 0.0 and not info["won"]
+
+
+def test_shop_reward_needs_exactly_the_gold_database_and_replay_is_deterministic():
+    from turngym.envs.tools.shop_env import ToolShopEnv
+
+    env = ToolShopEnv()
+    env.reset(seed=2)
+    gold = env.gold_calls
+    import json as _json
+    acts = [f'<tool_call>{_json.dumps({"name": n, "arguments": a})}</tool_call>' for n, a in gold]
+    # do the right thing, then one thing too many: the database differs from gold
+    extra = [o for o, v in env.db["orders"].items() if v["status"] == "pending"
+             and o not in str(gold)][0]
+    over = acts + [f'<tool_call>{_json.dumps({"name": "change_address", "arguments": {"order_id": extra, "address": "1 Nowhere"}})}</tool_call>',
+                   "<answer> done </answer>"]
+    assert _play(env, 2, over)[-1][1] == 0.0
+    assert _play(env, 2, acts + ["<answer> done </answer>"])[-1][1] == 1.0
+    a = [x[0] for x in _play(ToolShopEnv(), 2, acts + ["<answer> done </answer>"])]
+    b = [x[0] for x in _play(ToolShopEnv(), 2, acts + ["<answer> done </answer>"])]
+    assert a == b
+    env.reset(seed=2)
+    env.step(acts[0])
+    snap = env.snapshot()
+    o1 = env.step(acts[1])[0]
+    env.restore(snap)
+    assert env.step(acts[1])[0] == o1
+
+
+def test_math_env_scores_numbers_and_runs_python_tool():
+    from turngym.envs.tools.math_env import ToolMathEnv
+
+    env = ToolMathEnv(split="train")
+    env.reset(seed=4)
+    gold = float(env.task_info()["gold_answer"][0])
+    obs, *_ = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(6*7)"}}'
+                       '</tool_call>')
+    assert "42" in obs
+    _, r, term, _, info = env.step(f"<answer> The total is {gold:,.6g} </answer>")
+    assert term and r == 1.0 and info["won"]
+    env.reset(seed=4)
+    assert env.step("<answer> 0.5 </answer>")[1] == 0.0
+
+
+def test_padded_keys_from_word_level_detokenisers_still_parse():
+    r = parse_tool_calls('<tool_call> {" name ": " get_order ", " arguments ": '
+                         '{" order_id ": " # w1003 "}} </tool_call>')
+    assert r.calls == (ToolCall("get_order", {"order_id": " # w1003 "}),)
+    from turngym.envs.tools.shop_env import ToolShopEnv
+    env = ToolShopEnv()
+    env.reset(seed=0)
+    oid = sorted(env.db["orders"])[3]
+    messy = " ".join(oid.lower())
+    obs, *_ = env.step(f'<tool_call>{{"name": "get_order", "arguments": {{"order_id": "{messy}"}}}}'
+                       '</tool_call>')
+    assert '"status"' in obs
+
+
+def test_rollout_on_tool_envs_reports_call_metrics(tiny_stack):
+    import gymnasium as gym
+
+    from turngym.agents import EnvPool, HFPolicy, RolloutConfig, rollout
+    from turngym.trainers.evaluate import format_report, summarize
+
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    for env_id in ("turngym/ToolMath-v0", "turngym/ToolShop-v0"):
+        pool = EnvPool(lambda: gym.make(env_id, split="test", max_turns=3))
+        groups = rollout(policy, prompter, pool, [0, 1], 2,
+                         RolloutConfig(max_turns=4, max_new_tokens=8, action_parser="raw"))
+        m = summarize(groups)
+        assert m["episodes"] == 4 and "tool_calls_per_episode" in m
+        assert 0.0 <= m["invalid_call_rate"] <= 1.0
+        assert "tool calls/episode" in format_report("x", m)
+
+
+@pytest.mark.parametrize("config", ["tool_math_grpo", "tool_shop_grpo"])
+def test_tool_configs_run_end_to_end(tmp_path, config):
+    from turngym.config import load_config
+    from turngym.trainers.pipeline import train
+
+    cfg = load_config(config, [f"output_dir={tmp_path / 'run'}", "warmstart.num_demos=16",
+                               "warmstart.epochs=1", "warmstart.batch_size=8",
+                               "model.hidden_size=32", "model.num_layers=1",
+                               "model.num_heads=2", "rl.steps=1", "rl.tasks_per_step=2",
+                               "rl.group_size=2", "eval.num_tasks=3", "eval.every=0",
+                               "checkpoint.every=1"])
+    summary = train(cfg, progress=False)
+    m = summary["final_eval"]["test"]
+    assert m["episodes"] == 3 and "invalid_call_rate" in m

@@ -31,6 +31,12 @@ def summarize(groups: Sequence[TrajectoryGroup]) -> dict:
         "success_by_type": {k: sum(v) / len(v) for k, v in sorted(by_type.items())},
         "stop_reasons": dict(sorted(stops.items())),
     }
+    # tool envs: calls per episode and the share of calls that were invalid
+    if any("tool_calls" in x.info for t in trajs for x in t.turns):
+        calls = sum(int(x.info.get("tool_calls", 0)) for t in trajs for x in t.turns)
+        bad = sum(int(x.info.get("invalid_calls", 0)) for t in trajs for x in t.turns)
+        out["tool_calls_per_episode"] = calls / len(trajs)
+        out["invalid_call_rate"] = bad / max(1, calls)
     # QA envs report token F1 on the answering step; unanswered episodes score 0
     if any("f1" in x.info or "gold_answer" in x.info for t in trajs for x in t.turns[-1:]):
         f1s: dict[str, list[float]] = defaultdict(list)
@@ -49,6 +55,9 @@ def format_report(name: str, m: dict) -> str:
              f"format errors {m['format_error_rate']:.3f} | episodes {m['episodes']}"]
     if "f1" in m:
         lines[0] += f" | F1 {m['f1']:.3f} | answered {m['answered_rate']:.3f}"
+    if "tool_calls_per_episode" in m:
+        lines[0] += (f" | tool calls/episode {m['tool_calls_per_episode']:.2f} | "
+                     f"invalid calls {m['invalid_call_rate']:.3f}")
     f1 = m.get("f1_by_type", {})
     for k, v in m.get("success_by_type", {}).items():
         extra = f"   F1 {f1[k]:.3f}" if k in f1 else ""

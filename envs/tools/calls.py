@@ -62,7 +62,10 @@ def _one(body: str) -> ToolCall | CallError:
         return CallError(f"tool call is not valid JSON ({exc.msg} at char {exc.pos})")
     if not isinstance(obj, dict):
         return CallError('a tool call must be a JSON object {"name": ..., "arguments": {...}}')
+    obj = {str(k).strip(): v for k, v in obj.items()}  # word-level detokenisers pad keys
     name = obj.get("name")
+    if isinstance(name, str):
+        name = name.strip()
     if not isinstance(name, str) or not name:
         return CallError('a tool call needs a "name" string')
     args = obj.get("arguments", {})
@@ -73,7 +76,7 @@ def _one(body: str) -> ToolCall | CallError:
             return CallError(f'"arguments" of {name} is a string that is not JSON')
     if not isinstance(args, dict):
         return CallError(f'"arguments" of {name} must be a JSON object')
-    return ToolCall(name, args)
+    return ToolCall(name, {str(k).strip(): v for k, v in args.items()})
 
 
 def tool_response(content: Any, max_chars: int = 4000) -> str:
