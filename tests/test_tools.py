@@ -284,3 +284,14 @@ def test_tool_configs_run_end_to_end(tmp_path, config):
     summary = train(cfg, progress=False)
     m = summary["final_eval"]["test"]
     assert m["episodes"] == 3 and "invalid_call_rate" in m
+
+
+def test_spaced_decimals_from_word_level_detokenisers():
+    from turngym.envs.tools.math_env import ToolMathEnv
+
+    assert evaluate("19 / 15 . 4") == pytest.approx(19 / 15.4)
+    env = ToolMathEnv()
+    env.reset(seed=0)
+    gold = env.task_info()["gold_answer"][0]
+    spaced = " . ".join(gold.split(".")) if "." in gold else gold
+    assert env.step(f"<answer> {spaced} </answer>")[1] == 1.0

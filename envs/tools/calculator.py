@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 
+_SPACED_DECIMAL = re.compile(r"(\d)\s*\.\s*(\d)")
 MAX_EXPR_CHARS = 500
 MAX_EXPONENT = 1000
 MAX_ABS = 1e300
@@ -35,6 +37,8 @@ def evaluate(expression: str) -> int | float:
         raise CalculatorError("empty expression")
     if len(expression) > MAX_EXPR_CHARS:
         raise CalculatorError(f"expression longer than {MAX_EXPR_CHARS} characters")
+    # "15 . 4" (word-level detokenisers space out decimals) is the number 15.4
+    expression = _SPACED_DECIMAL.sub(r"\1.\2", expression)
     try:
         tree = ast.parse(expression.strip().replace("^", "**"), mode="eval")
     except SyntaxError as exc:

@@ -91,7 +91,7 @@ class ToolMathEnv(ToolEnv):
                 "task_type": "math"}
 
     def score_answer(self, answer: str) -> tuple[float, dict]:
-        m = _NUM.findall(answer.replace(",", ""))
+        m = _NUM.findall(re.sub(r"(\d)\s*\.\s*(\d)", r"\1.\2", answer.replace(",", "")))
         if not m:
             return 0.0, {"prediction": answer, "correct": False}
         val = float(m[-1])
@@ -103,7 +103,8 @@ class ToolMathEnv(ToolEnv):
         """Computes with the calculator once, then answers with what it returned."""
         if self.total_calls == 0:
             expr = _expression(self.index)
-            return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expr}"}}}}</tool_call>'
+            # spaces around the tags keep word-level tiny tokenizers from gluing '"}}' to them
+            return f'<tool_call> {{"name": "calculator", "arguments": {{"expression": "{expr}"}}}} </tool_call>'
         return f"<answer> {_fmt(self.gold)} </answer>"
 
     def snapshot(self):

@@ -226,7 +226,8 @@ class ToolShopEnv(ToolEnv):
     def oracle_action(self, rng=None, epsilon: float = 0.0) -> str:
         if self.total_calls < len(self.gold_calls):
             name, args = self.gold_calls[self.total_calls]
-            return f'<tool_call>{json.dumps({"name": name, "arguments": args})}</tool_call>'
+            # spaces around the tags keep word-level tiny tokenizers from gluing '"}}' to them
+            return f'<tool_call> {json.dumps({"name": name, "arguments": args})} </tool_call>'
         return "<answer> done </answer>"
 
     def snapshot(self):
