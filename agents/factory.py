@@ -50,3 +50,25 @@ def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (
             raise ValueError("model.kind=hf needs model.path (a local model directory)")
         return load_pretrained(mcfg.path, mcfg.dtype, mcfg.device, mcfg.gguf_file)
     raise ValueError(f"unknown model.kind {mcfg.kind!r}; use tiny or hf")
+
+
+def build_policy(acfg, model, tokenizer, model_dir: str | None = None, seed: int | None = None):
+    """The rollout policy ``agent.backend`` names: ``hf`` samples with ``model``
+    itself; ``vllm`` starts a colocated engine from ``model_dir`` (a full HF
+    directory, e.g. the warm start) whose weights the trainer syncs after updates."""
+    if acfg.backend == "hf":
+        from .hf_backend import HFPolicy
+        return HFPolicy(model, tokenizer, max_batch_size=acfg.max_batch_size,
+                        generator_seed=seed)
+    if acfg.backend == "vllm":
+        from .vllm_backend import VLLMPolicy
+        if model_dir is None:
+            raise ValueError("agent.backend=vllm needs a model directory to start the engine")
+        v = acfg.vllm
+        return VLLMPolicy(model_dir, tokenizer, dtype=v.dtype,
+                          gpu_memory_utilization=v.gpu_memory_utilization,
+                          enable_prefix_caching=v.enable_prefix_caching,
+                          enable_sleep_mode=v.enable_sleep_mode, max_model_len=v.max_model_len,
+                          enforce_eager=v.enforce_eager, seed=seed or 0,
+                          engine_kwargs=dict(v.engine_kwargs or {}))
+    raise ValueError(f"unknown agent.backend {acfg.backend!r}; use hf or vllm")

@@ -17,6 +17,11 @@ from .policy import Sample, SamplingParams
 
 def _cache_kwarg(model) -> str:
     """transformers 5 names the KV cache ``cache``; 4.x named it ``past_key_values``."""
+    while hasattr(model, "get_base_model"):  # peft / reference wrappers pass kwargs through
+        inner = model.get_base_model()
+        if inner is model:
+            break
+        model = inner
     params = inspect.signature(type(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 

@@ -27,13 +27,16 @@ from tqdm.auto import tqdm
 
 from .. import credit as credit_lib
 from ..agents.branching import continue_from
-from ..agents.factory import build_model, load_pretrained
+from ..agents.factory import build_model, build_policy, load_pretrained
 from ..agents.hf_backend import HFPolicy
 from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, RolloutConfig, rollout
 from ..types import TrajectoryGroup
 from .checkpoint import CheckpointManager, save_model_dir, write_atomic_text
 from .demos import collect_demos, demo_rows, demo_texts, lm_rows
+from .distributed import World, close_world, init_world
+from .hardware import enable_gradient_checkpointing
+from .lora import AdapterOff, add_lora, export_weights, is_lora, load_adapter, merged_copy
 from .evaluate import format_report, summarize
 from .metrics import MetricsLogger, plot_learning_curve
 from .rl import PolicyGradientTrainer
@@ -60,14 +63,22 @@ def rollout_config(cfg: DictConfig, *, temperature: float | None = None, greedy:
                          show_admissible=a.show_admissible, action_parser=a.action_parser)
 
 
-def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool = True) -> dict:
+def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool = True,
+                   world: World | None = None, policy=None) -> dict:
     """Fixed task set (indices seed_offset..+num_tasks) and a fixed sampler seed,
-    so two models are compared on identical tasks and random streams."""
-    policy = HFPolicy(model, tokenizer, max_batch_size=cfg.agent.max_batch_size,
-                      generator_seed=cfg.seed + 7919)
+    so two models are compared on identical tasks and random streams.  Under
+    ``torchrun`` each rank plays a strided share of the tasks and every rank
+    returns the metrics of all of them."""
+    world = world or World.local()
+    seed = cfg.seed + 7919 + world.rank
+    if policy is None:
+        policy = HFPolicy(model, tokenizer, max_batch_size=cfg.agent.max_batch_size,
+                          generator_seed=seed)
+    else:
+        policy.generator.manual_seed(seed)
     prompter = ChatPrompter(tokenizer, cfg.agent.system_prompt)
     pool = EnvPool(env_factory(cfg, split))
-    seeds = list(range(cfg.eval.seed_offset, cfg.eval.seed_offset + cfg.eval.num_tasks))
+    seeds = world.shard(range(cfg.eval.seed_offset, cfg.eval.seed_offset + cfg.eval.num_tasks))
     rcfg = rollout_config(cfg, temperature=cfg.eval.temperature, greedy=cfg.eval.greedy)
     groups: list[TrajectoryGroup] = []
     chunk = max(1, cfg.agent.max_batch_size)
@@ -76,7 +87,13 @@ def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool
         groups += rollout(policy, prompter, pool, seeds[s:s + chunk], 1, rcfg)
         bar.update(len(seeds[s:s + chunk]))
     bar.close()
-    return summarize(groups)
+    return summarize(_gathered(world, groups))
+
+
+def _gathered(world: World, items: list) -> list:
+    """Every rank's list, concatenated in rank order (the list itself on one process)."""
+    return items if not world.distributed else [x for part in world.all_gather(items)
+                                                for x in part]
 
 
 def credit_context(needs, policy, model, ref, tokenizer, params: dict, brancher=None
@@ -126,7 +143,7 @@ def _seed_everything(seed: int) -> None:
 
 
 def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: MetricsLogger,
-                phase: str, desc: str, progress: bool) -> float:
+                phase: str, desc: str, progress: bool, precision: str | None = None) -> float:
     """One supervised phase (corpus LM or demo SFT) with a bar and a log every 10 steps."""
     bar = tqdm(total=-(-len(rows) // ws.batch_size) * epochs, desc=desc, leave=False,
                disable=not progress)
@@ -139,7 +156,8 @@ def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: Metri
 
     t0 = time.time()
     sft_train(model, rows, epochs, ws.lr, ws.batch_size, ws.token_budget, pad_id, seed=seed,
-              weight_decay=ws.weight_decay, warmup_steps=ws.warmup_steps, on_step=on_step)
+              weight_decay=ws.weight_decay, warmup_steps=ws.warmup_steps, on_step=on_step,
+              precision=precision)
     bar.close()
     return time.time() - t0
 
@@ -175,67 +193,148 @@ def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = 
     if lm_texts:
         rows = lm_rows(lm_texts, tok, ws.lm_row_tokens)
         secs = _supervised(model, rows, ws, ws.lm_epochs, tok.pad_token_id, cfg.seed, log,
-                           "lm", "corpus LM", progress)
+                           "lm", "corpus LM", progress, cfg.model.autocast)
         log.log(0, "lm_done", {"rows": len(rows), "seconds": secs})
     if ws.enabled:
         prompter = ChatPrompter(tok, cfg.agent.system_prompt)
         rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
                          cfg.agent.max_context_tokens, ws.train_on_noise)
         secs = _supervised(model, rows, ws, ws.epochs, tok.pad_token_id, cfg.seed, log, "sft",
-                           "warm-start SFT", progress)
+                           "warm-start SFT", progress, cfg.model.autocast)
         log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "seconds": secs})
     save_model_dir(out / "warmstart", model, tok, {"phase": "warmstart"})
     return model, tok
 
 
+class _NoLog:
+    """Metrics sink of the non-zero ranks: only rank 0 writes files."""
+
+    def log(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _resolve_device(cfg: DictConfig, world: World) -> DictConfig:
+    """Under torchrun each rank takes its own GPU (``cuda`` -> ``cuda:<local_rank>``)."""
+    if world.distributed and cfg.model.device == "cuda":
+        cfg = cfg.copy()
+        cfg.model.device = f"cuda:{world.local_rank}"
+    return cfg
+
+
+def _load_start(cfg: DictConfig, out: Path, latest: Path | None, resume: bool, log, world: World,
+                progress: bool):
+    """(model, tokenizer, start step, summary so far) for a fresh, resumed or joined run.
+    Rank 0 alone warm-starts; the other ranks load what it saved, so all ranks begin
+    from bit-identical weights."""
+    dtype, device = cfg.model.dtype, cfg.model.device
+    if latest is not None:
+        state = CheckpointManager.state(latest)
+        if state.get("lora"):
+            model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
+            model = load_adapter(model, latest)
+        else:
+            model, tok = load_pretrained(str(latest), dtype, device)
+        return model, tok, int(state["step"]), state.get("summary", {})
+    if resume and (out / "warmstart" / "config.json").exists():
+        model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
+        return model, tok, 0, {}
+    if world.is_main:
+        model, tok = _warmstart(cfg, out, log, progress)
+    world.barrier()
+    if not world.is_main:
+        model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
+    return model, tok, 0, {}
+
+
+def _prepare_for_rl(cfg: DictConfig, model, out: Path, needs) -> tuple:
+    """(model, reference): LoRA adapters and activation checkpointing as configured;
+    the frozen reference is the warm start (the adapter-free base under LoRA)."""
+    rl = cfg.rl
+    if rl.lora.enabled and not is_lora(model):
+        model = add_lora(model, rl.lora)
+    if cfg.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    ref = None
+    if rl.kl_coef > 0 or "reference_scorer" in needs:
+        if is_lora(model):
+            ref = AdapterOff(model)
+        else:
+            ref, _ = load_pretrained(str(out / "warmstart"), cfg.model.dtype, cfg.model.device)
+            ref.eval().requires_grad_(False)
+    return model, ref
+
+
+def _step_record(world: World, groups, credits, upd: dict, times: dict) -> dict:
+    """One RL log record over all ranks' episodes."""
+    m = summarize(_gathered(world, groups))
+    rec = {"success_rate": m["success"], "mean_turns": m["mean_turns"],
+           "invalid_action_rate": m["invalid_action_rate"],
+           "format_error_rate": m["format_error_rate"], **upd, **times,
+           "rollout_tok_per_s": upd.get("response_tokens", 0) / max(times["rollout_s"], 1e-9),
+           "train_tok_per_s": upd.get("train_tokens", 0) / max(times["update_s"], 1e-9)}
+    metrics = _gathered(world, [c.metrics for c in credits])
+    for cm in metrics:
+        for k, v in cm.items():
+            rec[f"credit/{k}"] = rec.get(f"credit/{k}", 0.0) + v / len(metrics)
+    if world.distributed:
+        rec["world_size"] = world.size
+    return rec
+
+
 def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
-    """Runs the whole job; returns the summary also written to ``summary.json``."""
+    """Runs the whole job; returns the summary also written to ``summary.json``.
+    Under ``torchrun`` every rank runs this; rank 0 writes all files."""
+    world, owned = init_world()
+    try:
+        return _train(_resolve_device(cfg, world), world, resume, progress and world.is_main)
+    finally:
+        if owned:
+            close_world(world)
+
+
+def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
     _quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
     _seed_everything(cfg.seed)
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
     latest = ckpts.latest() if resume else None
-    if not resume and (out / "metrics.jsonl").exists():
-        (out / "metrics.jsonl").unlink()  # a fresh run starts a fresh log
-    write_atomic_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
-    log = MetricsLogger(out / "metrics.jsonl", out / "tensorboard")
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not resume and (out / "metrics.jsonl").exists():
+            (out / "metrics.jsonl").unlink()  # a fresh run starts a fresh log
+        write_atomic_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
+    log = MetricsLogger(out / "metrics.jsonl", out / "tensorboard") if world.is_main else _NoLog()
     t_start = time.time()
 
-    summary: dict = {}
-    if latest is not None:
-        model, tok = load_pretrained(str(latest), cfg.model.dtype, cfg.model.device)
-        state = ckpts.state(latest)
-        start_step = int(state["step"])
-        summary = state.get("summary", {})
-    elif resume and (out / "warmstart" / "config.json").exists():
-        model, tok = load_pretrained(str(out / "warmstart"), cfg.model.dtype, cfg.model.device)
-        start_step = 0
-    else:
-        model, tok = _warmstart(cfg, out, log, progress)
-        start_step = 0
+    model, tok, start_step, summary = _load_start(cfg, out, latest, resume, log, world, progress)
     if "warmstart_eval" not in summary:
         summary["warmstart_eval"] = {}
         for split in cfg.env.eval_splits:
-            m = evaluate_model(model, tok, cfg, split, progress)
+            m = evaluate_model(model, tok, cfg, split, progress, world)
             summary["warmstart_eval"][split] = m
             log.log(0, "eval", {"split": split, **m})
-            print(format_report(f"warm-start [{split}]", m), flush=True)
+            if world.is_main:
+                print(format_report(f"warm-start [{split}]", m), flush=True)
 
     rl = cfg.rl
-    opt = torch.optim.AdamW(model.parameters(), lr=rl.lr, weight_decay=rl.weight_decay)
+    needs = credit_lib.requirements(rl.credit.name)
+    model, ref = _prepare_for_rl(cfg, model, out, needs)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rl.lr,
+                            weight_decay=rl.weight_decay)
     if latest is not None:
         ckpts.load_optimizer(latest, opt)
         ckpts.load_rng(latest)
-    needs = credit_lib.requirements(rl.credit.name)
-    ref = None
-    if rl.kl_coef > 0 or "reference_scorer" in needs:
-        ref, _ = load_pretrained(str(out / "warmstart"), cfg.model.dtype, cfg.model.device)
-        ref.eval().requires_grad_(False)
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
-                                    ref if rl.kl_coef > 0 else None, seed=cfg.seed)
-    policy = HFPolicy(model, tok, max_batch_size=cfg.agent.max_batch_size)
+                                    ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
+                                    precision=cfg.model.autocast)
+    policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"))
+    if cfg.agent.backend != "hf" and (latest is not None or is_lora(model)):
+        policy.sync_weights(export_weights(model))  # the engine started from the warm start
+    eval_policy = None if cfg.agent.backend == "hf" else policy
     prompter = ChatPrompter(tok, cfg.agent.system_prompt)
     pool = EnvPool(env_factory(cfg, cfg.env.train_split))
     rcfg = rollout_config(cfg)
@@ -251,55 +350,60 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
                disable=not progress)
     for step in bar:
         step_rng = np.random.default_rng([cfg.seed, step])
-        policy.generator.manual_seed(int(step_rng.integers(2**62)))
+        policy.generator.manual_seed(int(step_rng.integers(2**62)) + world.rank)
         hi = rl.task_pool if rl.task_pool else 2**31 - 1
-        seeds = step_rng.integers(0, hi, size=rl.tasks_per_step).tolist()
+        seeds = world.shard(step_rng.integers(0, hi, size=rl.tasks_per_step).tolist())
         t0 = time.time()
         version["step"] = step
-        groups = rollout(policy, prompter, pool, seeds, rl.group_size, rcfg, policy_version=step)
+        groups = (rollout(policy, prompter, pool, seeds, rl.group_size, rcfg, policy_version=step)
+                  if seeds else [])
         t_roll = time.time() - t0
         t_c = time.time()
-        credits = credit_lib.assign_credit(rl.credit.name, groups, credit_params, credit_ctx)
+        credits = (credit_lib.assign_credit(rl.credit.name, groups, credit_params, credit_ctx)
+                   if groups else [])
         t_credit = time.time() - t_c
+        if hasattr(policy, "release"):
+            policy.release()  # vLLM sleep mode: free the engine's memory for the update
         t1 = time.time()
         upd = trainer.update(groups, credits)
+        if hasattr(policy, "sync_weights"):
+            policy.sync_weights(export_weights(model))
         t_upd = time.time() - t1
-        m = summarize(groups)
-        rec = {"success_rate": m["success"], "mean_turns": m["mean_turns"],
-               "invalid_action_rate": m["invalid_action_rate"],
-               "format_error_rate": m["format_error_rate"], **upd,
-               "rollout_s": t_roll, "update_s": t_upd, "credit_s": t_credit,
-               "rollout_tok_per_s": upd.get("response_tokens", 0) / max(t_roll, 1e-9),
-               "train_tok_per_s": upd.get("train_tokens", 0) / max(t_upd, 1e-9)}
-        for c in credits:
-            for k, v in c.metrics.items():
-                rec[f"credit/{k}"] = rec.get(f"credit/{k}", 0.0) + v / len(credits)
+        rec = _step_record(world, groups, credits, upd,
+                           {"rollout_s": t_roll, "update_s": t_upd, "credit_s": t_credit})
         log.log(step + 1, "rl", rec)
-        bar.set_postfix(succ=f"{m['success']:.2f}", turns=f"{m['mean_turns']:.1f}")
+        bar.set_postfix(succ=f"{rec['success_rate']:.2f}", turns=f"{rec['mean_turns']:.1f}")
         done = step + 1
         if cfg.eval.every and done % cfg.eval.every == 0 and done < rl.steps:
             for split in cfg.env.eval_splits:
-                em = evaluate_model(model, tok, cfg, split, progress)
+                em = evaluate_model(model, tok, cfg, split, progress, world, eval_policy)
                 log.log(done, "eval", {"split": split, **em})
         if cfg.checkpoint.every and done % cfg.checkpoint.every == 0:
-            ckpts.save(done, model, tok, opt, {"phase": "rl", "summary": summary})
+            if world.is_main:
+                ckpts.save(done, model, tok, opt, {"phase": "rl", "summary": summary,
+                                                   "lora": is_lora(model)})
+            world.barrier()
     bar.close()
 
     summary["final_eval"] = {}
     for split in cfg.env.eval_splits:
-        m = evaluate_model(model, tok, cfg, split, progress)
+        m = evaluate_model(model, tok, cfg, split, progress, world, eval_policy)
         summary["final_eval"][split] = m
         log.log(rl.steps, "eval", {"split": split, **m})
-        print(format_report(f"final [{split}]", m), flush=True)
-    save_model_dir(out / "final", model, tok, {"phase": "final", "step": rl.steps})
+        if world.is_main:
+            print(format_report(f"final [{split}]", m), flush=True)
     summary["wall_seconds_this_run"] = time.time() - t_start
-    write_atomic_text(out / "summary.json", json.dumps(summary, indent=1))
-    log.close()
-    try:
-        png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
-        summary["plot"] = str(png)
-    except Exception as exc:  # plotting must never lose a finished run
-        print(f"warning: could not plot the learning curve: {exc}")
+    if world.is_main:
+        final = merged_copy(model) if is_lora(model) else model
+        save_model_dir(out / "final", final, tok, {"phase": "final", "step": rl.steps})
+        write_atomic_text(out / "summary.json", json.dumps(summary, indent=1))
+        log.close()
+        try:
+            png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
+            summary["plot"] = str(png)
+        except Exception as exc:  # plotting must never lose a finished run
+            print(f"warning: could not plot the learning curve: {exc}")
+    world.barrier()
     return summary
 
 

@@ -10,12 +10,14 @@ import torch
 
 from ..agents.hf_backend import token_logprobs
 from .batching import TokenRow, collate, micro_batches
+from .hardware import autocast
 
 
 def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_size: int,
               token_budget: int, pad_id: int, seed: int = 0, weight_decay: float = 0.0,
               warmup_steps: int = 20, grad_clip: float = 1.0,
-              on_step: Callable[[int, dict], None] | None = None) -> list[dict]:
+              on_step: Callable[[int, dict], None] | None = None,
+              precision: str | None = None) -> list[dict]:
     if not rows:
         raise ValueError("no demonstration rows to train on")
     rng = random.Random(seed)
@@ -41,7 +43,8 @@ def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_siz
             loss_sum = 0.0
             for mb in micro_batches(batch, token_budget):
                 b = collate(mb, pad_id).to(device)
-                logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+                with autocast(precision, device):
+                    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
                 lp = token_logprobs(logits, b.input_ids)
                 loss = -(lp * b.loss_mask).sum() / max(n_tok, 1.0)
                 loss.backward()

@@ -35,8 +35,22 @@ class ModelConfig:
     intermediate_size: Optional[int] = None
     max_positions: int = 2048
     fuse_entities: bool = True  # tiny tokenizer: "cabinet 1" is one token
-    dtype: str = "float32"
-    device: str = "cpu"
+    dtype: str = "float32"  # weights: float32 | bfloat16 | float16
+    device: str = "cpu"  # cpu | cuda (under torchrun: cuda:<local_rank> automatically)
+    autocast: Optional[str] = None  # bfloat16 | float16: mixed precision in SFT/RL forwards
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class VLLMConfig:
+    """Engine settings for ``agent.backend=vllm`` (colocated with the trainer)."""
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.35
+    enable_prefix_caching: bool = True
+    enable_sleep_mode: bool = False  # offload weights / drop KV while the trainer updates
+    max_model_len: Optional[int] = None
+    enforce_eager: bool = False
+    engine_kwargs: dict = field(default_factory=dict)  # any other vllm.EngineArgs
 
 
 @dataclass
@@ -54,6 +68,8 @@ class AgentConfig:
     show_admissible: bool = False
     action_parser: str = "action_tag"  # action_tag | raw (env parses, e.g. Search-R1 tags)
     max_batch_size: int = 64
+    backend: str = "hf"  # hf (transformers, CPU or GPU) | vllm (GPU)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
 @dataclass
@@ -84,6 +100,16 @@ class CreditConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters for the RL phase (needs peft: ``pip install 'turngym[lora]'``)."""
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list = field(default_factory=list)  # [] = every linear layer
+
+
+@dataclass
 class RLConfig:
     steps: int = 50
     tasks_per_step: int = 8
@@ -100,6 +126,7 @@ class RLConfig:
     token_budget: int = 32768
     loss_agg: str = "token_mean"  # token_mean | seq_mean_token_mean
     recompute_logprobs: bool = True
+    lora: LoraConfig = field(default_factory=LoraConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)
 
 

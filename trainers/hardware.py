@@ -1,0 +1,64 @@
+"""Mixed precision, activation checkpointing and memory reporting for the trainer.
+
+All three are device-agnostic: bf16 autocast runs on CPU too (slowly), so the
+code path the GPU takes is the one the CPU tests exercise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+
+import torch
+
+_AUTOCAST = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def autocast(precision: str | None, device: torch.device):
+    """A ``torch.autocast`` context for ``precision`` (bfloat16/float16), or a no-op
+    for ``None``/``float32``.  Log-probs are always taken in float32 afterwards
+    (``token_logprobs`` upcasts), so the ratio and the loss stay exact-ish."""
+    if precision in (None, "", "float32", "fp32"):
+        return contextlib.nullcontext()
+    try:
+        dtype = _AUTOCAST[precision]
+    except KeyError:
+        raise ValueError(f"unknown autocast precision {precision!r}; use bfloat16, float16 "
+                         "or float32") from None
+    if device.type == "cpu" and dtype is torch.float16:
+        raise ValueError("float16 autocast needs a GPU; use bfloat16 on CPU")
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute activations in backward instead of storing them (non-reentrant,
+    which works with frozen inputs and LoRA)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(base, "enable_input_require_grads"):
+        base.enable_input_require_grads()  # needed when the embeddings are frozen (LoRA)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory_report(device: torch.device) -> dict[str, float]:
+    """Peak memory since the last reset: GPU allocated/reserved in GiB, or the
+    process's peak resident set on CPU (monotone: the OS keeps no resettable peak)."""
+    if device.type == "cuda":
+        gib = 2.0 ** 30
+        return {"mem/peak_allocated_gib": torch.cuda.max_memory_allocated(device) / gib,
+                "mem/peak_reserved_gib": torch.cuda.max_memory_reserved(device) / gib}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    scale = 1.0 if sys.platform == "darwin" else 1024.0  # bytes on macOS, KiB on Linux
+    return {"mem/peak_rss_gib": peak * scale / 2.0 ** 30}
