@@ -115,3 +115,33 @@ def test_local_world_collectives_are_identities():
     assert w.all_gather({"a": 1}) == [{"a": 1}]
     assert w.shard([1, 2, 3]) == [1, 2, 3]
     assert World(1, 3).shard(list(range(7))) == [1, 4]
+
+
+def _sync_worker(rank, size, init_file, out):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=size)
+    try:
+        world = World(rank, size, rank)
+        tok = build_tiny_tokenizer(TEXTS)
+        same = build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2, seed=0)
+        world.check_in_sync(same)  # identical replicas pass
+        diverged = build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2, seed=rank)
+        try:
+            world.check_in_sync(diverged)
+            result = "no error"
+        except RuntimeError as exc:
+            result = str(exc)
+        with open(f"{out}.{rank}", "w") as f:
+            f.write(result)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_diverged_replicas_are_detected(tmp_path):
+    out = tmp_path / "sync"
+    mp.start_processes(_sync_worker, args=(2, str(tmp_path / "init"), str(out)), nprocs=2,
+                       join=True, start_method="spawn")
+    for r in range(2):
+        assert "ranks [1] hold different weights" in (tmp_path / f"sync.{r}").read_text()

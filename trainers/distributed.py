@@ -96,6 +96,19 @@ class World:
                 p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
                 offset += n
 
+    def check_in_sync(self, model, what: str = "weights") -> None:
+        """Raises if the ranks' copies of ``model`` differ (a float64 checksum per
+        parameter tensor, compared across ranks): diverged replicas would otherwise
+        train silently on different policies."""
+        if not self.distributed:
+            return
+        with torch.no_grad():
+            sums = [float(p.detach().double().sum()) for p in model.parameters()]
+        everyone = self.all_gather(sums)
+        bad = [r for r, s in enumerate(everyone) if s != everyone[0]]
+        if bad:
+            raise RuntimeError(f"data-parallel ranks {bad} hold different {what} than rank 0")
+
     def shard(self, items: Sequence[T]) -> list[T]:
         """This rank's strided share of ``items`` (rank r takes r, r+size, ...)."""
         return list(items[self.rank::self.size])

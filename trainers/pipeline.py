@@ -379,6 +379,7 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
                 em = evaluate_model(model, tok, cfg, split, progress, world, eval_policy)
                 log.log(done, "eval", {"split": split, **em})
         if cfg.checkpoint.every and done % cfg.checkpoint.every == 0:
+            world.check_in_sync(model)
             if world.is_main:
                 ckpts.save(done, model, tok, opt, {"phase": "rl", "summary": summary,
                                                    "lora": is_lora(model)})

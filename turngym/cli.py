@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from omegaconf.errors import OmegaConfBaseException
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     from .trainers.pipeline import evaluate_checkpoint, train
     if args.command == "train":
         summary = train(cfg, resume=args.resume, progress=not args.no_progress)
-        _print_comparison(summary)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
+            _print_comparison(summary)
         return 0
     res = evaluate_checkpoint(cfg, args.checkpoint, args.split)
     if args.json:

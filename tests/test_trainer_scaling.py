@@ -1,0 +1,177 @@
+"""GPU-path trainer features, exercised on CPU: bf16 autocast, activation
+checkpointing, LoRA (peft), memory report, and a real ``torchrun`` run (issue 7)."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from turngym.agents.hf_backend import HFPolicy, token_logprobs
+from turngym.agents.policy import SamplingParams
+from turngym.agents.tiny import build_tiny_model
+from turngym.config import load_config
+from turngym.trainers.hardware import autocast, enable_gradient_checkpointing, memory_report
+from turngym.trainers.metrics import read_metrics
+from turngym.trainers.rl import PolicyGradientTrainer
+from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
+
+peft = pytest.importorskip("peft")
+from turngym.trainers import lora  # noqa: E402  (needs peft)
+
+SMOKE = ["warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
+         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+         "rl.group_size=2", "eval.num_tasks=4", "agent.max_turns=4", "warmstart.max_turns=40",
+         "checkpoint.every=1", "env.eval_splits=[valid_unseen]"]
+# role-typed credit with flat outcomes still gives non-zero advantages to an untrained model
+NONZERO_CREDIT = ["rl.credit.name=role_judge", "rl.credit.params.zero_outcome=roles"]
+
+
+def _model(tok, seed=5):
+    return build_tiny_model(tok, hidden_size=32, num_layers=2, num_heads=2, seed=seed)
+
+
+def _group(vocab):
+    g = torch.Generator().manual_seed(0)
+
+    def traj(n_p, n_r, reward):
+        p = torch.randint(6, vocab, (n_p,), generator=g).tolist()
+        r = torch.randint(6, vocab, (n_r,), generator=g).tolist()
+        turn = Turn(tuple(p), tuple(r), (1,) * n_r, (-1.0,) * n_r, "a", "o")
+        return Trajectory((turn,), reward, reward > 0, StopReason.WON, "t", "t#0")
+    return TrajectoryGroup((traj(7, 4, 1.0), traj(5, 6, 0.0), traj(9, 3, 0.0)), "t")
+
+
+CREDIT = [CreditAssignment(((1.0,), (-0.5,), (-0.5,)))]
+
+
+def _trainer(model, tok, precision=None, overrides=()):
+    cfg = load_config("quickstart", ["rl.recompute_logprobs=true", "rl.lr=0.01",
+                                     *overrides]).rl
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    return PolicyGradientTrainer(model, opt, cfg, tok.pad_token_id, precision=precision)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_stack):
+    tok = tiny_stack[0]
+    ids = torch.randint(6, len(tok), (3, 12), generator=torch.Generator().manual_seed(1))
+    grads = []
+    for ckpt in (False, True):
+        model = _model(tok)
+        if ckpt:
+            enable_gradient_checkpointing(model)
+        model.train()
+        token_logprobs(model(input_ids=ids).logits, ids).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert model.model.gradient_checkpointing
+    for n in grads[0]:
+        assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
+
+
+def test_bf16_autocast_update_starts_on_policy_and_moves_the_weights(tiny_stack):
+    tok = tiny_stack[0]
+    model = _model(tok)
+    before = copy.deepcopy(model.state_dict())
+    stats = _trainer(model, tok, "bfloat16").update([_group(len(tok))], CREDIT)
+    # old log-probs were recomputed under the same autocast: the first ratio is exactly 1
+    assert stats["clipfrac"] == 0.0
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert stats["mem/peak_rss_gib"] > 0
+    with autocast("bfloat16", torch.device("cpu")):
+        assert model(input_ids=torch.tensor([[6, 7]])).logits.dtype == torch.bfloat16
+
+
+def test_bad_precisions_are_refused():
+    with pytest.raises(ValueError, match="unknown autocast"):
+        autocast("int8", torch.device("cpu"))
+    with pytest.raises(ValueError, match="needs a GPU"):
+        autocast("float16", torch.device("cpu"))
+    assert set(memory_report(torch.device("cpu"))) == {"mem/peak_rss_gib"}
+
+
+def _lora_model(tok):
+    base = _model(tok)
+    warm = copy.deepcopy(base)
+    cfg = load_config("quickstart", ["rl.lora.enabled=true", "rl.lora.r=4"]).rl.lora
+    return warm, lora.add_lora(base, cfg)
+
+
+def test_lora_trains_only_adapters_and_the_reference_is_the_base(tiny_stack):
+    tok = tiny_stack[0]
+    warm, model = _lora_model(tok)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    x = torch.tensor([[6, 7, 8, 9, 10]])
+    for _ in range(2):
+        _trainer(model, tok).update([_group(len(tok))], CREDIT)
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            assert torch.equal(p, frozen[n]), n
+    ref = lora.AdapterOff(model)
+    with torch.no_grad():
+        assert torch.allclose(ref(input_ids=x).logits, warm(input_ids=x).logits, atol=1e-6)
+        assert not torch.allclose(model(input_ids=x).logits, warm(input_ids=x).logits, atol=1e-4)
+
+
+def test_lora_export_matches_the_merged_model_under_hf_names(tiny_stack):
+    tok = tiny_stack[0]
+    warm, model = _lora_model(tok)
+    _trainer(model, tok).update([_group(len(tok))], CREDIT)
+    exported = dict(lora.export_weights(model))
+    merged = lora.merged_copy(model).state_dict()
+    assert set(exported) == set(warm.state_dict()) == set(merged)
+    for k, v in merged.items():
+        assert torch.allclose(exported[k], v, atol=1e-6), k
+    assert any(not torch.allclose(exported[k], warm.state_dict()[k]) for k in exported)
+    # the KV-cached sampler works through peft and agrees with the merged model
+    p = SamplingParams(max_new_tokens=5, greedy=True)
+    prompts = [[6, 7, 8], [9, 10, 11, 12]]
+    a = HFPolicy(model, tok).generate(prompts, p)
+    b = HFPolicy(lora.merged_copy(model), tok).generate(prompts, p)
+    assert [s.token_ids for s in a] == [s.token_ids for s in b]
+
+
+def test_lora_training_run_saves_adapters_resumes_and_merges_the_final_model(tmp_path):
+    from turngym.agents.factory import load_pretrained
+    from turngym.trainers.pipeline import train
+    out = tmp_path / "run"
+    over = SMOKE + NONZERO_CREDIT + ["rl.tasks_per_step=2", "rl.lora.enabled=true",
+                                     "rl.lora.r=4", "rl.kl_coef=0.05", f"output_dir={out}"]
+    train(load_config("quickstart", over + ["rl.steps=2"]), progress=False)
+    ck = out / "checkpoints" / "step_000002"
+    assert (ck / "adapter_model.safetensors").exists() and not (ck / "model.safetensors").exists()
+    train(load_config("quickstart", over + ["rl.steps=3"]), resume=True, progress=False)
+    recs = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    assert all(r["kl"] >= 0 for r in recs) and recs[-1]["grad_norm"] > 0
+    final, _ = load_pretrained(str(out / "final"))  # a plain HF model, adapters folded in
+    warm, _ = load_pretrained(str(out / "warmstart"))
+    assert set(final.state_dict()) == set(warm.state_dict())
+    assert any(not torch.equal(v, warm.state_dict()[k]) for k, v in final.state_dict().items())
+
+
+def test_torchrun_two_cpu_ranks_train_in_sync(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--standalone", "-m", "turngym.cli", "train", "--config", "quickstart",
+           "--no-progress", *SMOKE, *NONZERO_CREDIT, "rl.tasks_per_step=4", "rl.steps=2",
+           f"output_dir={out}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("success: warm-start") == 1  # only rank 0 reports
+    recs = read_metrics(out / "metrics.jsonl")
+    rl = [r for r in recs if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2]
+    assert all(r["world_size"] == 2 for r in rl) and rl[0]["grad_norm"] > 0
+    # both ranks' episodes are in the record: 4 tasks x 2 rollouts of <= 4 turns
+    assert all(r["response_tokens"] > 0 for r in rl)
+    evals = [r for r in recs if r["phase"] == "eval"]
+    assert all(e["episodes"] == 4 for e in evals)  # 2 tasks per rank, gathered
+    assert (out / "checkpoints" / "step_000002" / "model.safetensors").exists()
+    assert json.loads((out / "summary.json").read_text())["final_eval"]

@@ -1,0 +1,249 @@
+"""The vLLM backend's adapter logic, against an in-memory stand-in for ``vllm``.
+
+No GPU and no vLLM here (vLLM on PyPI is CUDA-only), so the stand-in implements the
+slice of vLLM's API the backend uses (``LLM.generate`` with token prompts, sampled
+and prompt log-probs, ``apply_model`` + ``load_weights``, prefix-cache reset, sleep
+mode) on top of a transformers model loaded from the directory the engine is given.
+What these tests check is turngym's side: request building, output conversion,
+weight sync, and the pipeline's wiring.  Real-engine numbers come from
+``benchmarks/gpu_check.sh`` on a GPU machine.
+"""
+
+import copy
+import dataclasses
+import importlib
+import sys
+import types
+from typing import Optional
+
+import pytest
+import torch
+
+from turngym.agents.hf_backend import HFPolicy, _filter_top_p
+from turngym.agents.policy import SamplingParams
+from turngym.agents.prompting import ChatPrompter
+from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
+from turngym.trainers.checkpoint import save_model_dir
+from turngym.trainers.lora import export_weights
+
+
+@dataclasses.dataclass
+class _SP:
+    n: int = 1
+    max_tokens: Optional[int] = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    stop_token_ids: Optional[list] = None
+    logprobs: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
+    detokenize: bool = True
+
+
+@dataclasses.dataclass
+class _EngineArgs:
+    model: str = ""
+    logprobs_mode: str = "raw_logprobs"
+    enable_prefix_caching: bool = True
+
+
+@dataclasses.dataclass
+class _Logprob:
+    logprob: float
+
+
+class _FakeLLM:
+    """vLLM's offline ``LLM`` surface, computed with a transformers model."""
+
+    instances: list = []
+
+    def __init__(self, **kwargs):
+        from transformers import AutoModelForCausalLM
+        self.kwargs = kwargs
+        self.model = AutoModelForCausalLM.from_pretrained(kwargs["model"]).eval()
+        self.prefix_resets = 0
+        self.asleep = False
+        self.sleeps = 0
+        _FakeLLM.instances.append(self)
+
+    @torch.no_grad()
+    def _logits(self, ids):
+        return self.model(input_ids=torch.tensor([ids])).logits[0].float()
+
+    def generate(self, prompts, sps, use_tqdm=True):
+        assert not self.asleep, "generate on a sleeping engine"
+        sps = sps if isinstance(sps, list) else [sps] * len(prompts)
+        return [self._one(p["prompt_token_ids"], sp) for p, sp in zip(prompts, sps)]
+
+    def _one(self, prompt, sp):
+        if sp.prompt_logprobs is not None:
+            lp = torch.log_softmax(self._logits(prompt), -1)
+            plp = [None] + [{t: _Logprob(float(lp[i - 1, t]))} for i, t in
+                            enumerate(prompt) if i > 0]
+            comp = types.SimpleNamespace(token_ids=[0], logprobs=None, finish_reason="length")
+            return types.SimpleNamespace(outputs=[comp], prompt_logprobs=plp)
+        gen = torch.Generator().manual_seed(sp.seed or 0)
+        ids, toks, lps, finish = list(prompt), [], [], "length"
+        for _ in range(sp.max_tokens):
+            logits = self._logits(ids)[-1]
+            if sp.temperature == 0:
+                lp = torch.log_softmax(logits, -1)
+                t = int(lp.argmax())
+            else:  # processed log-probs: after temperature and top-p
+                lp = torch.log_softmax(_filter_top_p(logits / sp.temperature, sp.top_p), -1)
+                t = int(torch.multinomial(lp.exp(), 1, generator=gen))
+            toks.append(t)
+            lps.append({t: _Logprob(float(lp[t]))})
+            ids.append(t)
+            if t in (sp.stop_token_ids or []):
+                finish = "stop"
+                break
+        comp = types.SimpleNamespace(token_ids=toks, logprobs=lps, finish_reason=finish)
+        return types.SimpleNamespace(outputs=[comp], prompt_logprobs=None)
+
+    def apply_model(self, fn):
+        outer = self
+
+        class Runner:  # vLLM models load HF-named (name, tensor) pairs
+            def load_weights(self, weights):
+                own = outer.model.state_dict()
+                for name, t in weights:
+                    own[name].copy_(t)
+        return [fn(Runner())]
+
+    def reset_prefix_cache(self, *a, **k):
+        self.prefix_resets += 1
+        return True
+
+    def sleep(self, level=1, **k):
+        self.asleep, self.sleeps = True, self.sleeps + 1
+
+    def wake_up(self, tags=None):
+        self.asleep = False
+        return True
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    mod = types.ModuleType("vllm")
+    mod.LLM, mod.SamplingParams, mod.EngineArgs = _FakeLLM, _SP, _EngineArgs
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    _FakeLLM.instances = []
+    return mod
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny_stack):
+    tok, model, _ = tiny_stack
+    save_model_dir(tmp_path / "warm", model, tok)
+    return tmp_path / "warm"
+
+
+def _policy(model_dir, tok, **kw):
+    from turngym.agents.vllm_backend import VLLMPolicy
+    return VLLMPolicy(str(model_dir), tok, **kw)
+
+
+def test_engine_is_colocated_with_prefix_caching_and_processed_logprobs(fake_vllm, model_dir,
+                                                                       tiny_stack):
+    import os
+    _policy(model_dir, tiny_stack[0], enable_sleep_mode=True, max_model_len=512)
+    kw = _FakeLLM.instances[0].kwargs
+    assert kw["enable_prefix_caching"] and kw["logprobs_mode"] == "processed_logprobs"
+    assert kw["enable_sleep_mode"] and kw["max_model_len"] == 512
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_greedy_samples_and_scores_match_the_transformers_backend(fake_vllm, model_dir,
+                                                                  tiny_stack):
+    tok, model, _ = tiny_stack
+    vp, hp = _policy(model_dir, tok), HFPolicy(model, tok)
+    prompts = [[6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17]]
+    params = SamplingParams(max_new_tokens=6, greedy=True)
+    for a, b in zip(vp.generate(prompts, params), hp.generate(prompts, params)):
+        assert a.token_ids == b.token_ids and a.stopped == b.stopped
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    for a, b in zip(vp.score(prompts), hp.score(prompts)):
+        assert a == pytest.approx(b, abs=1e-4)
+    capped = vp.generate(prompts, params, max_new=[1, 2, 6])
+    assert [len(s.token_ids) for s in capped][:2] == [1, 2]
+
+
+def test_sampling_is_reproducible_from_the_policy_generator(fake_vllm, model_dir, tiny_stack):
+    tok = tiny_stack[0]
+    vp = _policy(model_dir, tok)
+    params = SamplingParams(max_new_tokens=8, temperature=1.0)
+    vp.generator.manual_seed(3)
+    a = vp.generate([[6, 7, 8]] * 4, params)
+    vp.generator.manual_seed(3)
+    b = vp.generate([[6, 7, 8]] * 4, params)
+    assert [s.token_ids for s in a] == [s.token_ids for s in b]
+    assert len({s.token_ids for s in a}) > 1  # each request gets its own seed
+
+
+def test_weight_sync_makes_the_engine_sample_from_the_trained_policy(fake_vllm, model_dir,
+                                                                      tiny_stack):
+    tok, model, _ = tiny_stack
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    vp = _policy(model_dir, tok, enable_sleep_mode=True)
+    seqs = [[6, 7, 8, 9, 10]]
+    want = HFPolicy(trained, tok).score(seqs)[0]
+    assert vp.score(seqs)[0] != pytest.approx(want, abs=1e-4)
+    vp.release()
+    assert _FakeLLM.instances[0].asleep
+    vp.sync_weights(export_weights(trained))
+    assert vp.score(seqs)[0] == pytest.approx(want, abs=1e-4)
+    engine = _FakeLLM.instances[0]
+    assert engine.prefix_resets == 1 and vp.version == 1 and engine.sleeps == 1
+
+
+def test_multi_turn_rollout_through_the_engine(fake_vllm, model_dir, tiny_stack):
+    import gymnasium as gym
+    tok = tiny_stack[0]
+    vp = _policy(model_dir, tok)
+    prompter = ChatPrompter(tok, "You are a household agent.")
+    pool = EnvPool(lambda: gym.make("turngym/TextWorld-v0", split="train"))
+    cfg = RolloutConfig(max_turns=3, max_new_tokens=6)
+    groups = rollout(vp, prompter, pool, [0, 1], 2, cfg)
+    assert len(groups) == 2 and all(len(g) == 2 for g in groups)
+    for g in groups:
+        for t in g:
+            for turn in t.turns:
+                assert len(turn.logprobs) == len(turn.response_ids) > 0
+                assert all(lp <= 0 for lp in turn.logprobs)
+
+
+def test_training_pipeline_with_the_vllm_backend(fake_vllm, tmp_path):
+    from turngym.config import load_config
+    from turngym.trainers.metrics import read_metrics
+    from turngym.trainers.pipeline import train
+    out = tmp_path / "run"
+    cfg = load_config("quickstart", [
+        "warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
+        "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+        "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=3",
+        "warmstart.max_turns=40", "env.eval_splits=[valid_unseen]", "rl.steps=2",
+        "agent.backend=vllm", "agent.vllm.enable_sleep_mode=true",
+        "rl.credit.name=role_judge", "rl.credit.params.zero_outcome=roles",
+        f"output_dir={out}"])
+    train(cfg, progress=False)
+    engine = _FakeLLM.instances[0]
+    assert engine.kwargs["model"] == str(out / "warmstart")  # started from the warm start
+    assert engine.prefix_resets == 2 and engine.sleeps == 2  # one sync per RL step
+    import safetensors.torch
+    final = safetensors.torch.load_file(str(out / "final" / "model.safetensors"))
+    own = engine.model.state_dict()
+    for k, v in final.items():  # the engine holds the trained weights
+        assert torch.equal(own[k], v), k
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"] == [1, 2]
+
+
+def test_without_vllm_the_error_says_how_to_install_it(monkeypatch, tiny_stack):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    mod = importlib.import_module("turngym.agents.vllm_backend")  # importing needs no vllm
+    with pytest.raises(ImportError, match=r"turngym\[gpu\]"):
+        mod.VLLMPolicy("/nonexistent", tiny_stack[0])
