@@ -82,3 +82,21 @@ def test_config_inheritance_with_base(tmp_path):
     b.write_text(f"base: {a}\nseed: 2\n")
     with pytest.raises(ValueError, match="cycle"):
         load_config(str(a))
+
+
+@pytest.mark.parametrize("name", ["gpu_search", "gpu_textworld", "gpu_tool_math",
+                                  "gpu_tool_shop"])
+def test_real_model_gpu_configs_resolve_and_demand_a_model_path(name):
+    from turngym.agents.factory import build_model
+    cfg = load_config(name)
+    assert cfg.model.kind == "hf" and cfg.agent.backend == "vllm"
+    assert cfg.model.autocast == "bfloat16" and cfg.model.gradient_checkpointing
+    assert cfg.rl.recompute_logprobs  # vLLM numerics never enter the importance ratio
+    import gymnasium as gym
+    kwargs = dict(cfg.env.kwargs)
+    if "retriever" in kwargs:  # BM25 instead of a 70 s dense index build on the full wiki
+        kwargs["retriever"] = {"kind": "bm25"}
+    env = gym.make(cfg.env.id, **kwargs)  # the env part is real and builds
+    env.close()
+    with pytest.raises(ValueError, match="needs model.path"):
+        build_model(cfg.model)

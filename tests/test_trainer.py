@@ -12,7 +12,7 @@ from turngym.trainers.batching import trajectory_rows
 from turngym.trainers.checkpoint import CheckpointManager
 from turngym.trainers.metrics import read_metrics
 from turngym.trainers.pipeline import train
-from turngym.trainers.rl import PolicyGradientTrainer, _score_rows
+from turngym.trainers.rl import PolicyGradientTrainer, score_rows
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
 
@@ -44,9 +44,9 @@ def test_policy_gradient_step_follows_the_sign_of_the_advantage(tiny_stack):
     group = TrajectoryGroup((good, bad), "t")
     credit = CreditAssignment(((1.0,), (-1.0,)))
     rows = [trajectory_rows(good, [1.0]), trajectory_rows(bad, [-1.0])]
-    before = _score_rows(model, rows, tok.pad_token_id, 4096)
+    before = score_rows(model, rows, tok.pad_token_id, 4096)
     stats = trainer.update([group], [credit])
-    after = _score_rows(model, rows, tok.pad_token_id, 4096)
+    after = score_rows(model, rows, tok.pad_token_id, 4096)
     assert sum(after[0][3:]) > sum(before[0][3:])  # positive advantage: more likely
     assert sum(after[1][3:]) < sum(before[1][3:])  # negative advantage: less likely
     assert stats["grad_norm"] > 0 and stats["response_tokens"] == 4

@@ -29,7 +29,7 @@ _STATS = ("pg_loss", "kl", "clipfrac", "entropy")
 
 
 @torch.no_grad()
-def _score_rows(model, rows: Sequence[TokenRow], pad_id: int, budget: int,
+def score_rows(model, rows: Sequence[TokenRow], pad_id: int, budget: int,
                 precision: str | None = None) -> list[list[float]]:
     """Per-token log-probs of each row under ``model`` (in ``rows`` order)."""
     device = model_device(model)
@@ -86,11 +86,11 @@ class PolicyGradientTrainer:
         device = model_device(self.model)
         reset_peak_memory(device)
         if cfg.recompute_logprobs and rows:
-            olds = _score_rows(self.model, rows, self.pad_id, cfg.token_budget, self.precision)
+            olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget, self.precision)
             rows = [TokenRow(r.ids, r.mask, r.adv, o) for r, o in zip(rows, olds)]
         refs = None
         if cfg.kl_coef > 0:
-            refs = {id(r): lp for r, lp in zip(rows, _score_rows(
+            refs = {id(r): lp for r, lp in zip(rows, score_rows(
                 self.ref_model, rows, self.pad_id, cfg.token_budget, self.precision))}
         self.model.train()
         local = dict.fromkeys(_STATS, 0.0)
