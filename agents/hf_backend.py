@@ -178,7 +178,7 @@ class HFPolicy:
                 chunk = sequences[start:start + self.max_batch_size]
                 ids, mask = right_pad(chunk, self.pad_id)
                 ids, mask = ids.to(self.device), mask.to(self.device)
-                logits = self.model(input_ids=ids, attention_mask=mask).logits
+                logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
                 lp = token_logprobs(logits, ids).cpu()
                 out.extend(lp[i, : len(s)].tolist() for i, s in enumerate(chunk))
         finally:

@@ -19,6 +19,8 @@ token ids in, token ids and their sampling log-probs out.  Design choices:
 * **Reproducible sampling.** Each request gets a seed drawn from
   ``self.generator`` (a torch Generator, as on the HF backend), so a step's
   rollouts are a function of the seed the pipeline sets.
+* **torchrun.** With several ranks each one runs its own engine on its own GPU
+  (``distributed_executor_backend=external_launcher``) and samples its own tasks.
 * **Sleep mode** (optional): ``release()`` offloads weights and drops the KV
   cache while the trainer updates; ``sync_weights`` wakes the engine up.
 
@@ -94,6 +96,10 @@ class VLLMPolicy:
                 kwargs["enable_sleep_mode"] = True
             if max_model_len:
                 kwargs["max_model_len"] = int(max_model_len)
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                # under torchrun every rank runs its own engine on its own GPU inside the
+                # process group torchrun made (TRL's colocate mode does the same)
+                kwargs["distributed_executor_backend"] = "external_launcher"
             kwargs.update(engine_kwargs or {})
             llm = self.vllm.LLM(**kwargs)
         self.llm = llm

@@ -193,12 +193,11 @@ def throughput(args, device: torch.device, report: dict) -> None:
             "tokens": stats["train_tokens"], "seconds": secs,
             "tokens_per_s": stats["train_tokens"] / secs,
             **{k: v for k, v in stats.items() if k.startswith("mem/")}}
-        del opt, trainer
+        opt = trainer = None  # free the optimizer state before the next variant
         if lora:
             model = m.unload()  # drop the adapters again
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    del model, policy
 
 
 def end_to_end(args, device: torch.device, report: dict) -> None:

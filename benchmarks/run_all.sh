@@ -7,3 +7,4 @@ python benchmarks/bench_rollout_train.py
 python benchmarks/bench_search.py
 python benchmarks/bench_scoring.py
 python benchmarks/bench_tools.py
+python benchmarks/bench_scaling.py

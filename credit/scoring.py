@@ -219,8 +219,8 @@ def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
             for b, k in enumerate(idx):
                 ids[b, : len(seqs[k])] = torch.tensor(seqs[k])
                 att[b, : len(seqs[k])] = 1
-            logp = torch.log_softmax(model(input_ids=ids.to(device),
-                                           attention_mask=att.to(device)).logits.float(), -1)
+            logp = torch.log_softmax(model(input_ids=ids.to(device), attention_mask=att.to(device),
+                                           use_cache=False).logits.float(), -1)
             ent = -(logp.exp() * logp).sum(-1).cpu()  # [B, W]: entropy of the next token
             for b, k in enumerate(idx):
                 e = np.zeros(len(seqs[k]))

@@ -153,6 +153,14 @@ def test_engine_is_colocated_with_prefix_caching_and_processed_logprobs(fake_vll
     assert kw["enable_prefix_caching"] and kw["logprobs_mode"] == "processed_logprobs"
     assert kw["enable_sleep_mode"] and kw["max_model_len"] == 512
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "distributed_executor_backend" not in kw  # one process: vLLM's own default
+
+
+def test_under_torchrun_each_rank_runs_its_own_engine(fake_vllm, model_dir, tiny_stack,
+                                                      monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _policy(model_dir, tiny_stack[0], seed=1)
+    assert _FakeLLM.instances[0].kwargs["distributed_executor_backend"] == "external_launcher"
 
 
 def test_greedy_samples_and_scores_match_the_transformers_backend(fake_vllm, model_dir,

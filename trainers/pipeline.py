@@ -331,7 +331,8 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
                                     precision=cfg.model.autocast)
-    policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"))
+    policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
+                          seed=cfg.seed + world.rank)
     if cfg.agent.backend != "hf" and (latest is not None or is_lora(model)):
         policy.sync_weights(export_weights(model))  # the engine started from the warm start
     eval_policy = None if cfg.agent.backend == "hf" else policy

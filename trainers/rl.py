@@ -40,7 +40,8 @@ def score_rows(model, rows: Sequence[TokenRow], pad_id: int, budget: int,
     for mb in micro_batches(rows, budget):
         b = collate(mb, pad_id).to(device)
         with autocast(precision, device):
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                           use_cache=False).logits
         lp = token_logprobs(logits, b.input_ids).cpu()
         for j, r in enumerate(mb):
             out[index[id(r)]] = lp[j, : len(r.ids)].tolist()
@@ -125,7 +126,8 @@ class PolicyGradientTrainer:
         cfg = self.cfg
         b = collate(mb, self.pad_id).to(device)
         with autocast(self.precision, device):
-            logits = self.model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+            logits = self.model(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                                use_cache=False).logits
         logp = token_logprobs(logits, b.input_ids)
         pg, clipped = ppo_clip_terms(logp, b.old_logprobs, b.advantages,
                                      cfg.clip_low, cfg.clip_high)

@@ -44,7 +44,8 @@ def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_siz
             for mb in micro_batches(batch, token_budget):
                 b = collate(mb, pad_id).to(device)
                 with autocast(precision, device):
-                    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+                    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                                   use_cache=False).logits
                 lp = token_logprobs(logits, b.input_ids)
                 loss = -(lp * b.loss_mask).sum() / max(n_tok, 1.0)
                 loss.backward()
