@@ -52,14 +52,15 @@ def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (
     raise ValueError(f"unknown model.kind {mcfg.kind!r}; use tiny or hf")
 
 
-def build_policy(acfg, model, tokenizer, model_dir: str | None = None, seed: int | None = None):
+def build_policy(acfg, model, tokenizer, model_dir: str | None = None, seed: int | None = None,
+                 precision: str | None = None):
     """The rollout policy ``agent.backend`` names: ``hf`` samples with ``model``
     itself; ``vllm`` starts a colocated engine from ``model_dir`` (a full HF
     directory, e.g. the warm start) whose weights the trainer syncs after updates."""
     if acfg.backend == "hf":
         from .hf_backend import HFPolicy
         return HFPolicy(model, tokenizer, max_batch_size=acfg.max_batch_size,
-                        generator_seed=seed)
+                        generator_seed=seed, precision=precision)
     if acfg.backend == "vllm":
         from .vllm_backend import VLLMPolicy
         if model_dir is None:

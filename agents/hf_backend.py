@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 
 from .policy import Sample, SamplingParams
+from .precision import autocast
 
 
 def _cache_kwarg(model) -> str:
@@ -112,8 +113,10 @@ class HFPolicy:
     """A ``transformers`` causal LM behind the :class:`~turngym.agents.policy.Policy` API."""
 
     def __init__(self, model, tokenizer, stop_token_ids: Sequence[int] | None = None,
-                 max_batch_size: int = 64, generator_seed: int | None = None):
+                 max_batch_size: int = 64, generator_seed: int | None = None,
+                 precision: str | None = None):
         self.model = model
+        self.precision = precision  # autocast dtype for sampling/scoring forwards
         self.tokenizer = tokenizer
         if stop_token_ids is None:
             eos = tokenizer.eos_token_id
@@ -178,7 +181,8 @@ class HFPolicy:
                 chunk = sequences[start:start + self.max_batch_size]
                 ids, mask = right_pad(chunk, self.pad_id)
                 ids, mask = ids.to(self.device), mask.to(self.device)
-                logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                with autocast(self.precision, self.device):
+                    logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
                 lp = token_logprobs(logits, ids).cpu()
                 out.extend(lp[i, : len(s)].tolist() for i, s in enumerate(chunk))
         finally:
@@ -211,8 +215,9 @@ class KVSession:
         pos = pos.clamp(min=0)
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         kw = {self._ckw: self.cache} if self.cache is not None else {}
-        res = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
-                         use_cache=True, logits_to_keep=1, **kw)
+        with autocast(self.policy.precision, self.device):
+            res = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
+                             use_cache=True, logits_to_keep=1, **kw)
         self.cache = _cache_of(res)
         self.pos = self.pos + new_mask.sum(-1)
         return res.logits[:, -1, :].float()

@@ -107,19 +107,19 @@ def _timed(fn, device, repeats: int = 1):
 
 
 def throughput(args, device: torch.device, report: dict) -> None:
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    # the recommended GPU recipe: fp32 master weights, bf16 autocast compute
+    dtype = torch.float32
     precision = "bfloat16" if device.type == "cuda" else None
     if args.model_path:
         from turngym.agents.factory import load_pretrained
-        model, _ = load_pretrained(args.model_path, "bfloat16" if device.type == "cuda"
-                                   else "float32", str(device))
+        model, _ = load_pretrained(args.model_path, "float32", str(device))
         vocab = model.config.vocab_size
     else:
         model = build_random_model(args.arch, device, dtype)
         vocab = model.config.vocab_size
     n_params = sum(p.numel() for p in model.parameters())
     report["model"] = {"arch": args.model_path or args.arch, "params_m": n_params / 1e6,
-                       "dtype": str(dtype)}
+                       "weights": str(dtype), "autocast": precision}
     eos = vocab - 1  # random weights almost never stop early: every row runs --new tokens
     tok = _IdTokenizer(eos)
     rng = random.Random(1)
@@ -150,7 +150,8 @@ def throughput(args, device: torch.device, report: dict) -> None:
                             engine_kwargs={"skip_tokenizer_init": True})
         gen["engine_start_s"] = time.perf_counter() - t0
     else:
-        policy = HFPolicy(model, tok, stop_token_ids=[eos], max_batch_size=args.batch)
+        policy = HFPolicy(model, tok, stop_token_ids=[eos], max_batch_size=args.batch,
+                          precision=precision)
     samples, secs = _timed(lambda: policy.generate(prompts, params), device)
     n_new = sum(len(s.token_ids) for s in samples)
     gen.update(tokens=n_new, seconds=secs, tokens_per_s=n_new / secs)

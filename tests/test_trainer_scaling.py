@@ -192,3 +192,25 @@ def test_gpu_check_script_runs_every_part_on_cpu(tmp_path):
     assert r["generation"]["backend"] == "hf"
     assert 0 < r["generation"]["tokens"] <= 4 * 8
     assert r["e2e_hf"]["ok"] and r["e2e_hf"]["rl_steps"] == 2
+
+
+def test_training_low_precision_weights_warns_and_shows_why(tiny_stack):
+    tok = tiny_stack[0]
+    w = torch.ones(4, dtype=torch.bfloat16)
+    assert torch.equal(w + 1e-3, w)  # the reason: a small step rounds away in bf16
+    model = _model(tok).to(torch.bfloat16)
+    with pytest.warns(UserWarning, match="model.autocast=bfloat16"):
+        _trainer(model, tok)
+
+
+def test_sampler_under_autocast_matches_its_own_scoring(tiny_stack):
+    """With model.autocast the sampler's log-probs come from the same bf16 numerics the
+    trainer's recompute uses, so the first importance ratio is ~1."""
+    tok = tiny_stack[0]
+    policy = HFPolicy(_model(tok), tok, precision="bfloat16", generator_seed=0)
+    prompt = [6, 7, 8, 9]
+    s = policy.generate([prompt], SamplingParams(max_new_tokens=6, greedy=True))[0]
+    scored = policy.score([prompt + list(s.token_ids)])[0][len(prompt):]
+    assert scored == pytest.approx(list(s.logprobs), abs=0.05)
+    fp32 = HFPolicy(policy.model, tok).score([prompt + list(s.token_ids)])[0][len(prompt):]
+    assert max(abs(a - b) for a, b in zip(scored, fp32)) > 0  # bf16 really was used

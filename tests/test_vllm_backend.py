@@ -255,3 +255,14 @@ def test_without_vllm_the_error_says_how_to_install_it(monkeypatch, tiny_stack):
     mod = importlib.import_module("turngym.agents.vllm_backend")  # importing needs no vllm
     with pytest.raises(ImportError, match=r"turngym\[gpu\]"):
         mod.VLLMPolicy("/nonexistent", tiny_stack[0])
+
+
+def test_eval_cli_samples_with_the_engine(fake_vllm, model_dir, tmp_path):
+    import json
+
+    from turngym.cli import main
+    out = tmp_path / "eval.json"
+    rc = main(["eval", "--checkpoint", str(model_dir), "--split", "valid_seen", "--json",
+               str(out), "eval.num_tasks=2", "agent.max_turns=2", "agent.backend=vllm"])
+    assert rc == 0 and json.loads(out.read_text())["valid_seen"]["episodes"] == 2
+    assert _FakeLLM.instances[0].kwargs["model"] == str(model_dir)

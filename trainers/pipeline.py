@@ -73,7 +73,7 @@ def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool
     seed = cfg.seed + 7919 + world.rank
     if policy is None:
         policy = HFPolicy(model, tokenizer, max_batch_size=cfg.agent.max_batch_size,
-                          generator_seed=seed)
+                          generator_seed=seed, precision=cfg.model.autocast)
     else:
         policy.generator.manual_seed(seed)
     prompter = ChatPrompter(tokenizer, cfg.agent.system_prompt)
@@ -332,7 +332,7 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
                                     precision=cfg.model.autocast)
     policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
-                          seed=cfg.seed + world.rank)
+                          seed=cfg.seed + world.rank, precision=cfg.model.autocast)
     if cfg.agent.backend != "hf" and (latest is not None or is_lora(model)):
         policy.sync_weights(export_weights(model))  # the engine started from the warm start
     eval_policy = None if cfg.agent.backend == "hf" else policy
@@ -414,8 +414,11 @@ def evaluate_checkpoint(cfg: DictConfig, checkpoint: str, splits=None, progress:
     _quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
     model, tok = load_pretrained(checkpoint, cfg.model.dtype, cfg.model.device)
+    # agent.backend=vllm: the engine loads the checkpoint directory itself
+    policy = None if cfg.agent.backend == "hf" else build_policy(
+        cfg.agent, model, tok, checkpoint, seed=cfg.seed)
     res = {}
     for split in splits or cfg.env.eval_splits:
-        res[split] = evaluate_model(model, tok, cfg, split, progress)
+        res[split] = evaluate_model(model, tok, cfg, split, progress, policy=policy)
         print(format_report(f"{checkpoint} [{split}]", res[split]), flush=True)
     return res

@@ -14,6 +14,7 @@ would make on the union of their rows.
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Sequence
 
 import torch
@@ -26,6 +27,7 @@ from .hardware import autocast, memory_report, model_device, reset_peak_memory
 from .losses import aggregate, kl_k3, ppo_clip_terms
 
 _STATS = ("pg_loss", "kl", "clipfrac", "entropy")
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 @torch.no_grad()
@@ -73,6 +75,12 @@ class PolicyGradientTrainer:
         self.world = world or World.local()
         self.precision = precision
         self.params = [p for p in model.parameters() if p.requires_grad]
+        low = sorted({str(p.dtype) for p in self.params if p.dtype in LOW_PRECISION})
+        if low:
+            warnings.warn(f"training {low} weights directly: updates smaller than about 1/256 "
+                          "of a weight round away. Keep model.dtype=float32 and set "
+                          "model.autocast=bfloat16 (or train LoRA adapters, kept in fp32).",
+                          stacklevel=2)
         if cfg.kl_coef > 0 and ref_model is None:
             raise ValueError("rl.kl_coef > 0 needs a reference model")
 
