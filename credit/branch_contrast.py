@@ -91,7 +91,8 @@ def branch_contrast(group: TrajectoryGroup, cfg: Mapping[str, Any],
     grpo = group_normalize(np.array(group.outcome_rewards()),
                            bool(cfg.get("std_normalize", True)), eps)
     spans = [t.response_spans() for t in trajs]
-    ents = response_entropies(policy.model, trajs, getattr(policy, "pad_id", 0))
+    ents = response_entropies(policy.model, trajs, getattr(policy, "pad_id", 0),
+                              precision=getattr(policy, "precision", None))
     nodes = select_nodes(ents, spans, int(cfg.get("budget", 8)), int(cfg.get("entropy_topk", 16)),
                          float(cfg.get("path_decay", 0.5)), float(cfg.get("node_decay", 0.5)),
                          int(cfg.get("node_window", 4)))

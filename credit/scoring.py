@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..agents.hf_backend import _cache_kwarg, _cache_of
+from ..agents.precision import autocast
 from ..types import Trajectory
 
 DEFAULT_ANSWER_TEMPLATE = "<answer> {answer} </answer>"
@@ -62,6 +63,7 @@ class GoldScorer:
     answer_template: str = DEFAULT_ANSWER_TEMPLATE
     append_eos: bool = False
     max_batch_tokens: int = 16384
+    precision: str | None = None  # autocast dtype (model.autocast), as the trainer uses
     _cache: dict = field(default_factory=dict, repr=False)
 
     def answer_ids(self, answer: str) -> list[int]:
@@ -148,11 +150,12 @@ class GoldScorer:
         was_training = model.training
         model.eval()
         try:
-            r1 = model(input_ids=ids.to(device), attention_mask=mask2d.to(device),
-                       use_cache=True, logits_to_keep=keep1.to(device))
-            kw = {_cache_kwarg(model): _cache_of(r1)}
-            r2 = model(input_ids=bids.to(device), attention_mask=mask4d.to(device),
-                       position_ids=bpos.to(device), use_cache=False, **kw)
+            with autocast(self.precision, device):
+                r1 = model(input_ids=ids.to(device), attention_mask=mask2d.to(device),
+                           use_cache=True, logits_to_keep=keep1.to(device))
+                kw = {_cache_kwarg(model): _cache_of(r1)}
+                r2 = model(input_ids=bids.to(device), attention_mask=mask4d.to(device),
+                           position_ids=bpos.to(device), use_cache=False, **kw)
         finally:
             model.train(was_training)
         lp1 = torch.log_softmax(r1.logits.float(), dim=-1).cpu()
@@ -198,7 +201,8 @@ def reduce_scores(token_lps: Sequence[np.ndarray], how: str = "mean") -> float:
 
 @torch.no_grad()
 def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
-                       max_batch_tokens: int = 16384) -> list[np.ndarray]:
+                       max_batch_tokens: int = 16384, precision: str | None = None
+                       ) -> list[np.ndarray]:
     """Per trajectory, the policy's entropy (nats) at every token position: entry q is
     the entropy of the distribution that produced token q (0 for q = 0).  Callers
     keep the response positions (agent tokens), never observation tokens."""
@@ -219,8 +223,10 @@ def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
             for b, k in enumerate(idx):
                 ids[b, : len(seqs[k])] = torch.tensor(seqs[k])
                 att[b, : len(seqs[k])] = 1
-            logp = torch.log_softmax(model(input_ids=ids.to(device), attention_mask=att.to(device),
-                                           use_cache=False).logits.float(), -1)
+            with autocast(precision, device):
+                logits = model(input_ids=ids.to(device), attention_mask=att.to(device),
+                               use_cache=False).logits
+            logp = torch.log_softmax(logits.float(), -1)
             ent = -(logp.exp() * logp).sum(-1).cpu()  # [B, W]: entropy of the next token
             for b, k in enumerate(idx):
                 e = np.zeros(len(seqs[k]))

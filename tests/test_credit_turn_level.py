@@ -52,6 +52,20 @@ def test_packed_scoring_equals_naive_per_boundary(lm):
         scorer.score(trajs[:1], [[10**6]], [["alpha"]])
 
 
+def test_packed_scoring_under_bf16_autocast_tracks_fp32(lm):
+    """The 4-D mask path also runs when linear layers compute in bf16 (model.autocast)."""
+    tok, model = lm
+    rng = random.Random(1)
+    trajs = [_traj(rng, rng.randrange(1, 5), len(tok)) for _ in range(5)]
+    pos = [response_starts(t) for t in trajs]
+    golds = [t.info["gold_answer"] for t in trajs]
+    exact = GoldScorer(model, tok).score(trajs, pos, golds)
+    bf16 = GoldScorer(model, tok, precision="bfloat16").score(trajs, pos, golds)
+    diffs = [float(np.abs(a - b).max()) for ta, tb in zip(exact, bf16)
+             for ka, kb in zip(ta, tb) for a, b in zip(ka, kb)]
+    assert 0 < max(diffs) < 0.1
+
+
 class TableScorer:
     """Scores from a table: ``table[i][k]`` is the mean gold log-prob of trajectory i
     at turn k, for every token of every answer."""

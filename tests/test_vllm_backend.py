@@ -250,6 +250,24 @@ def test_training_pipeline_with_the_vllm_backend(fake_vllm, tmp_path):
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"] == [1, 2]
 
 
+def test_branch_credit_with_the_engine_branches_there_and_screens_on_the_trainer(
+        fake_vllm, tmp_path):
+    """CBPO under vLLM: continuations are sampled by the engine, entropies come from
+    the trainer's copy of the policy (the engine exposes no module to read them off)."""
+    from turngym.config import load_config
+    from turngym.trainers.metrics import read_metrics
+    from turngym.trainers.pipeline import train
+    out = tmp_path / "run"
+    train(load_config("textworld_cbpo", [
+        "warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
+        "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+        "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=3",
+        "warmstart.max_turns=40", "env.eval_splits=[valid_unseen]", "rl.steps=1",
+        "agent.backend=vllm", f"output_dir={out}"]), progress=False)
+    rl = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
+    assert len(rl) == 1 and rl[0]["credit/branches"] > 0  # the engine sampled branches
+
+
 def test_without_vllm_the_error_says_how_to_install_it(monkeypatch, tiny_stack):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     mod = importlib.import_module("turngym.agents.vllm_backend")  # importing needs no vllm

@@ -96,16 +96,19 @@ def _gathered(world: World, items: list) -> list:
                                                 for x in part]
 
 
-def credit_context(needs, policy, model, ref, tokenizer, params: dict, brancher=None
-                   ) -> credit_lib.CreditContext:
+def credit_context(needs, policy, model, ref, tokenizer, params: dict, brancher=None,
+                   precision: str | None = None) -> credit_lib.CreditContext:
     """Builds the services the chosen estimator declared (answer scorers over the
     current policy and/or the frozen warm-start reference)."""
     template = params.get("answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
+    if not hasattr(policy, "model"):  # e.g. vLLM: estimators read entropies off the
+        policy = HFPolicy(model, tokenizer, precision=precision)  # trainer's copy instead
     ctx = credit_lib.CreditContext(policy=policy, reference=ref, brancher=brancher)
     if "scorer" in needs:
-        ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template)
+        ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template, precision=precision)
     if "reference_scorer" in needs:
-        ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template)
+        ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template,
+                                                     precision=precision)
     if "judge" in needs:
         ctx.judge = make_judge(params.get("judge") or {"kind": "oracle"})
     return ctx
@@ -345,7 +348,8 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
     def brancher(points):  # exact-prefix continuations for branch-based credit
         return continue_from(policy, prompter, pool, points, rcfg, version["step"])
 
-    credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params, brancher)
+    credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params, brancher,
+                                cfg.model.autocast)
 
     bar = tqdm(range(start_step, rl.steps), initial=start_step, total=rl.steps, desc="RL",
                disable=not progress)
