@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
 from turngym.config import load_config
 from turngym.trainers.distributed import World
+from turngym.trainers.fsdp import full_state_dict, shard_model
 from turngym.trainers.rl import PolicyGradientTrainer, split_even
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
@@ -50,47 +51,52 @@ def _trainer(model, tok, world=None, overrides=()):
     return PolicyGradientTrainer(model, opt, cfg, tok.pad_token_id, world=world)
 
 
-def _run(world, n_groups, steps, overrides):
+def _run(world, n_groups, steps, overrides, fsdp=False):
     torch.manual_seed(0)
     tok, model = _model()
+    if fsdp:
+        shard_model(model, world)
     trainer = _trainer(model, tok, world, overrides)
     stats = []
     for s in range(steps):
         groups, credits = _batch(len(tok), n_groups, seed=s)
         # rank r takes every size-th group (whole groups, as the pipeline shards tasks)
         stats.append(trainer.update(world.shard(groups), world.shard(credits)))
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, stats
+    state = full_state_dict(model) if fsdp else model.state_dict()
+    return {k: v.detach().clone() for k, v in state.items()}, stats
 
 
-def _worker(rank, size, init_file, n_groups, steps, overrides, out):
+def _worker(rank, size, init_file, n_groups, steps, overrides, out, fsdp=False):
     import torch.distributed as dist
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=size)
     try:
-        state, stats = _run(World(rank, size, rank), n_groups, steps, overrides)
+        state, stats = _run(World(rank, size, rank), n_groups, steps, overrides, fsdp)
         torch.save({"state": state, "stats": stats}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
-def _distributed(tmp_path, size, n_groups, steps, overrides=()):
+def _distributed(tmp_path, size, n_groups, steps, overrides=(), fsdp=False):
     out = tmp_path / "rank.pt"
     mp.start_processes(_worker, args=(size, str(tmp_path / "init"), n_groups, steps,
-                                      tuple(overrides), str(out)),
+                                      tuple(overrides), str(out), fsdp),
                        nprocs=size, join=True, start_method="spawn")
     return [torch.load(f"{out}.{r}") for r in range(size)]
 
 
-@pytest.mark.parametrize("n_groups,overrides", [
-    (4, ()),                                              # even split, token-mean loss
-    (3, ("rl.loss_agg=seq_mean_token_mean",)),            # uneven split, row-mean loss
-    (1, ("rl.ppo_epochs=2",)),                            # rank 1 holds no rows at all
+@pytest.mark.parametrize("n_groups,overrides,fsdp", [
+    (4, (), False),                                         # even split, token-mean loss
+    (3, ("rl.loss_agg=seq_mean_token_mean",), False),       # uneven split, row-mean loss
+    (1, ("rl.ppo_epochs=2",), False),                       # rank 1 holds no rows at all
+    (3, ("rl.kl_coef=0.0", "rl.minibatches=1"), True),      # FSDP2: sharded, uneven
+    (1, (), True),                                          # FSDP2, rank 1 only pads
 ])
-def test_two_ranks_make_the_one_rank_update(tmp_path, n_groups, overrides):
+def test_two_ranks_make_the_one_rank_update(tmp_path, n_groups, overrides, fsdp):
     torch.set_num_threads(1)
     one_state, one_stats = _run(World.local(), n_groups, 2, overrides)
-    ranks = _distributed(tmp_path, 2, n_groups, 2, overrides)
+    ranks = _distributed(tmp_path, 2, n_groups, 2, overrides, fsdp)
     moved = max(float((one_state[k] - _model()[1].state_dict()[k]).abs().max())
                 for k in one_state)
     assert moved > 1e-3  # the update did something

@@ -155,26 +155,42 @@ def test_lora_training_run_saves_adapters_resumes_and_merges_the_final_model(tmp
     assert any(not torch.equal(v, warm.state_dict()[k]) for k, v in final.state_dict().items())
 
 
-def test_torchrun_two_cpu_ranks_train_in_sync(tmp_path):
-    out = tmp_path / "run"
+def _torchrun(out, extra):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            "--standalone", "-m", "turngym.cli", "train", "--config", "quickstart",
-           "--no-progress", *SMOKE, *NONZERO_CREDIT, "rl.tasks_per_step=4", "rl.steps=2",
-           f"output_dir={out}"]
+           "--no-progress", *SMOKE, *NONZERO_CREDIT, "rl.tasks_per_step=4",
+           f"output_dir={out}", *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+@pytest.mark.parametrize("parallel", ["replicate", "fsdp"])
+def test_torchrun_two_cpu_ranks_train_in_sync(tmp_path, parallel):
+    out = tmp_path / "run"
+    res = _torchrun(out, ["rl.steps=2", f"rl.data_parallel={parallel}"])
     assert res.stdout.count("success: warm-start") == 1  # only rank 0 reports
     recs = read_metrics(out / "metrics.jsonl")
     rl = [r for r in recs if r["phase"] == "rl"]
     assert [r["step"] for r in rl] == [1, 2]
     assert all(r["world_size"] == 2 for r in rl) and rl[0]["grad_norm"] > 0
-    # both ranks' episodes are in the record: 4 tasks x 2 rollouts of <= 4 turns
     assert all(r["response_tokens"] > 0 for r in rl)
     evals = [r for r in recs if r["phase"] == "eval"]
     assert all(e["episodes"] == 4 for e in evals)  # 2 tasks per rank, gathered
-    assert (out / "checkpoints" / "step_000002" / "model.safetensors").exists()
+    ck = out / "checkpoints" / "step_000002"
+    assert (ck / "model.safetensors").exists()
     assert json.loads((out / "summary.json").read_text())["final_eval"]
+    if parallel == "fsdp":  # checkpoints hold the gathered model; a resume continues
+        from turngym.agents.factory import load_pretrained
+        ckpt, _ = load_pretrained(str(ck))
+        warm, _ = load_pretrained(str(out / "warmstart"))
+        assert any(not torch.equal(a, b) for a, b in zip(ckpt.parameters(), warm.parameters()))
+        _torchrun(out, ["rl.steps=3", "rl.data_parallel=fsdp", "--resume"])
+        steps = [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
+        assert steps == [1, 2, 3]
+        with pytest.raises(AssertionError, match="resume with the same"):
+            _torchrun(out, ["rl.steps=4", "rl.data_parallel=replicate", "--resume"])
 
 
 def test_gpu_check_script_runs_every_part_on_cpu(tmp_path):

@@ -33,14 +33,17 @@ def write_atomic_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_model_dir(path: Path, model, tokenizer, extra: dict[str, Any] | None = None) -> Path:
-    """Atomically writes ``model``+``tokenizer`` (+ json ``extra``) to ``path``."""
+def save_model_dir(path: Path, model, tokenizer, extra: dict[str, Any] | None = None,
+                   state_dict: dict | None = None) -> Path:
+    """Atomically writes ``model``+``tokenizer`` (+ json ``extra``) to ``path``;
+    ``state_dict`` overrides the weights (the gathered tensors of a sharded model)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
+    kw = {"state_dict": state_dict} if state_dict is not None else {}
+    model.save_pretrained(tmp, safe_serialization=True, **kw)
     tokenizer.save_pretrained(tmp)
     if extra:
         (tmp / "turngym_state.json").write_text(json.dumps(extra, indent=1, default=str))
@@ -59,16 +62,21 @@ class CheckpointManager:
         self.root = Path(root)
         self.keep = max(1, keep)
 
-    def save(self, step: int, model, tokenizer, optimizer=None, state: dict | None = None) -> Path:
+    def save(self, step: int, model, tokenizer, optimizer=None, state: dict | None = None,
+             model_state: dict | None = None, optimizer_state: dict | None = None) -> Path:
+        """``model_state`` / ``optimizer_state`` replace ``model.state_dict()`` /
+        ``optimizer.state_dict()`` (full states gathered from a sharded model)."""
         name = f"step_{step:06d}"
         state = dict(state or {}, step=step)
         final = self.root / name
         tmp_parent = self.root / f".{name}.staging{os.getpid()}"
         if tmp_parent.exists():
             shutil.rmtree(tmp_parent)
-        save_model_dir(tmp_parent / "ckpt", model, tokenizer, state)
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp_parent / "ckpt" / "optimizer.pt")
+        save_model_dir(tmp_parent / "ckpt", model, tokenizer, state, model_state)
+        if optimizer_state is None and optimizer is not None:
+            optimizer_state = optimizer.state_dict()
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp_parent / "ckpt" / "optimizer.pt")
         torch.save(_rng_state(), tmp_parent / "ckpt" / "rng.pt")
         _fsync_tree(tmp_parent)
         if final.exists():

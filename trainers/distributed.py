@@ -51,6 +51,14 @@ class World:
         dist.all_reduce(t)
         return t.cpu().tolist()
 
+    def all_reduce_max(self, value: int) -> int:
+        if not self.distributed:
+            return int(value)
+        import torch.distributed as dist
+        t = torch.tensor([int(value)], dtype=torch.int64, device=_comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
     def all_gather(self, obj: T) -> list[T]:
         """Every rank's ``obj`` (picklable), in rank order."""
         if not self.distributed:

@@ -36,6 +36,8 @@ from .checkpoint import CheckpointManager, save_model_dir, write_atomic_text
 from .demos import collect_demos, demo_rows, demo_texts, lm_rows
 from .distributed import World, close_world, init_world
 from .hardware import enable_gradient_checkpointing
+from .fsdp import (full_optimizer_state, full_state_dict, gathered, load_full_optimizer_state,
+                   shard_model)
 from .lora import AdapterOff, add_lora, export_weights, is_lora, load_adapter, merged_copy
 from .evaluate import format_report, summarize
 from .metrics import MetricsLogger, plot_learning_curve
@@ -287,6 +289,34 @@ def _step_record(world: World, groups, credits, upd: dict, times: dict) -> dict:
     return rec
 
 
+def _restore_optimizer(ckpts: CheckpointManager, latest: Path, model, opt, sharded: bool) -> None:
+    was_sharded = bool(CheckpointManager.state(latest).get("sharded", False))
+    if was_sharded != sharded:
+        raise ValueError(f"{latest} was written with rl.data_parallel="
+                         f"{'fsdp' if was_sharded else 'replicate'}; resume with the same")
+    if sharded:
+        load_full_optimizer_state(model, opt, torch.load(latest / "optimizer.pt",
+                                                         weights_only=False))
+    else:
+        ckpts.load_optimizer(latest, opt)
+
+
+def _save_checkpoint(ckpts: CheckpointManager, step: int, model, tok, opt, world: World,
+                     sharded: bool, state: dict) -> None:
+    """Rank 0 writes; under FSDP every rank first takes part in gathering the full
+    weights and optimizer state."""
+    if sharded:
+        weights, opt_state = full_state_dict(model, cpu=True), full_optimizer_state(model, opt)
+        if world.is_main:
+            ckpts.save(step, model, tok, None, state, model_state=weights,
+                       optimizer_state=opt_state)
+    else:
+        world.check_in_sync(model)
+        if world.is_main:
+            ckpts.save(step, model, tok, opt, state)
+    world.barrier()
+
+
 def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
     """Runs the whole job; returns the summary also written to ``summary.json``.
     Under ``torchrun`` every rank runs this; rank 0 writes all files."""
@@ -326,18 +356,27 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
     rl = cfg.rl
     needs = credit_lib.requirements(rl.credit.name)
     model, ref = _prepare_for_rl(cfg, model, out, needs)
+    if rl.data_parallel not in ("replicate", "fsdp"):
+        raise ValueError(f"rl.data_parallel must be replicate or fsdp, not {rl.data_parallel!r}")
+    sharded = rl.data_parallel == "fsdp" and world.distributed
+    if sharded:
+        shard_model(model, world)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rl.lr,
                             weight_decay=rl.weight_decay)
     if latest is not None:
-        ckpts.load_optimizer(latest, opt)
+        _restore_optimizer(ckpts, latest, model, opt, sharded)
         ckpts.load_rng(latest)
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
                                     precision=cfg.model.autocast)
+
+    def weights():  # what the vLLM engine loads after an update
+        return list(full_state_dict(model).items()) if sharded else export_weights(model)
+
     policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
                           seed=cfg.seed + world.rank, precision=cfg.model.autocast)
     if cfg.agent.backend != "hf" and (latest is not None or is_lora(model)):
-        policy.sync_weights(export_weights(model))  # the engine started from the warm start
+        policy.sync_weights(weights())  # the engine started from the warm start
     eval_policy = None if cfg.agent.backend == "hf" else policy
     prompter = ChatPrompter(tok, cfg.agent.system_prompt)
     pool = EnvPool(env_factory(cfg, cfg.env.train_split))
@@ -351,6 +390,15 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
     credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params, brancher,
                                 cfg.model.autocast)
 
+    def evaluate_all(step: int) -> dict:
+        res = {}
+        with gathered(model):  # rank-local forwards on full weights (FSDP)
+            for split in cfg.env.eval_splits:
+                res[split] = evaluate_model(model, tok, cfg, split, progress, world,
+                                            eval_policy)
+                log.log(step, "eval", {"split": split, **res[split]})
+        return res
+
     bar = tqdm(range(start_step, rl.steps), initial=start_step, total=rl.steps, desc="RL",
                disable=not progress)
     for step in bar:
@@ -360,19 +408,20 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
         seeds = world.shard(step_rng.integers(0, hi, size=rl.tasks_per_step).tolist())
         t0 = time.time()
         version["step"] = step
-        groups = (rollout(policy, prompter, pool, seeds, rl.group_size, rcfg, policy_version=step)
-                  if seeds else [])
-        t_roll = time.time() - t0
-        t_c = time.time()
-        credits = (credit_lib.assign_credit(rl.credit.name, groups, credit_params, credit_ctx)
-                   if groups else [])
-        t_credit = time.time() - t_c
+        with gathered(model):
+            groups = (rollout(policy, prompter, pool, seeds, rl.group_size, rcfg,
+                              policy_version=step) if seeds else [])
+            t_roll = time.time() - t0
+            t_c = time.time()
+            credits = (credit_lib.assign_credit(rl.credit.name, groups, credit_params,
+                                                credit_ctx) if groups else [])
+            t_credit = time.time() - t_c
         if hasattr(policy, "release"):
             policy.release()  # vLLM sleep mode: free the engine's memory for the update
         t1 = time.time()
         upd = trainer.update(groups, credits)
         if hasattr(policy, "sync_weights"):
-            policy.sync_weights(export_weights(model))
+            policy.sync_weights(weights())
         t_upd = time.time() - t1
         rec = _step_record(world, groups, credits, upd,
                            {"rollout_s": t_roll, "update_s": t_upd, "credit_s": t_credit})
@@ -380,28 +429,24 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
         bar.set_postfix(succ=f"{rec['success_rate']:.2f}", turns=f"{rec['mean_turns']:.1f}")
         done = step + 1
         if cfg.eval.every and done % cfg.eval.every == 0 and done < rl.steps:
-            for split in cfg.env.eval_splits:
-                em = evaluate_model(model, tok, cfg, split, progress, world, eval_policy)
-                log.log(done, "eval", {"split": split, **em})
+            evaluate_all(done)
         if cfg.checkpoint.every and done % cfg.checkpoint.every == 0:
-            world.check_in_sync(model)
-            if world.is_main:
-                ckpts.save(done, model, tok, opt, {"phase": "rl", "summary": summary,
-                                                   "lora": is_lora(model)})
-            world.barrier()
+            _save_checkpoint(ckpts, done, model, tok, opt, world, sharded,
+                             {"phase": "rl", "summary": summary, "lora": is_lora(model),
+                              "sharded": sharded})
     bar.close()
 
-    summary["final_eval"] = {}
-    for split in cfg.env.eval_splits:
-        m = evaluate_model(model, tok, cfg, split, progress, world, eval_policy)
-        summary["final_eval"][split] = m
-        log.log(rl.steps, "eval", {"split": split, **m})
-        if world.is_main:
+    summary["final_eval"] = evaluate_all(rl.steps)
+    if world.is_main:
+        for split, m in summary["final_eval"].items():
             print(format_report(f"final [{split}]", m), flush=True)
-    summary["wall_seconds_this_run"] = time.time() - t_start
+    final_state = full_state_dict(model, cpu=True) if sharded else None
     if world.is_main:
         final = merged_copy(model) if is_lora(model) else model
-        save_model_dir(out / "final", final, tok, {"phase": "final", "step": rl.steps})
+        save_model_dir(out / "final", final, tok, {"phase": "final", "step": rl.steps},
+                       final_state)
+    summary["wall_seconds_this_run"] = time.time() - t_start
+    if world.is_main:
         write_atomic_text(out / "summary.json", json.dumps(summary, indent=1))
         log.close()
         try:

@@ -23,6 +23,7 @@ from ..agents.hf_backend import token_logprobs
 from ..types import CreditAssignment, TrajectoryGroup
 from .batching import TokenRow, collate, micro_batches, rows_from_groups
 from .distributed import World
+from .fsdp import gathered, is_sharded
 from .hardware import autocast, memory_report, model_device, reset_peak_memory
 from .losses import aggregate, kl_k3, ppo_clip_terms
 
@@ -75,6 +76,7 @@ class PolicyGradientTrainer:
         self.world = world or World.local()
         self.precision = precision
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.sharded = is_sharded(model)  # FSDP2: collectives in every forward/backward
         low = sorted({str(p.dtype) for p in self.params if p.dtype in LOW_PRECISION})
         if low:
             warnings.warn(f"training {low} weights directly: updates smaller than about 1/256 "
@@ -94,8 +96,10 @@ class PolicyGradientTrainer:
             return {"skipped": 1.0}
         device = model_device(self.model)
         reset_peak_memory(device)
-        if cfg.recompute_logprobs and rows:
-            olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget, self.precision)
+        if cfg.recompute_logprobs:
+            with gathered(self.model):  # a collective when sharded: every rank enters
+                olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget,
+                                  self.precision) if rows else []
             rows = [TokenRow(r.ids, r.mask, r.adv, o) for r, o in zip(rows, olds)]
         refs = None
         if cfg.kl_coef > 0:
@@ -114,11 +118,12 @@ class PolicyGradientTrainer:
                     continue  # no rank has a trained token in this mini-batch
                 denom = n_tok if cfg.loss_agg == "token_mean" else n_seq
                 self.opt.zero_grad(set_to_none=True)
-                for mb in micro_batches(mini, cfg.token_budget):
+                for mb in self._micro_batches(mini):
                     self._backward(mb, refs, denom, n_tok, local, device)
-                world.sum_gradients(self.params)
+                if not self.sharded:  # FSDP reduce-scatters inside backward
+                    world.sum_gradients(self.params)
                 gn = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-                grad_norm += float(gn)
+                grad_norm += float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
                 self.opt.step()
                 n_updates += 1
         totals = world.all_reduce_sum([local[k] for k in _STATS] + [
@@ -128,6 +133,15 @@ class PolicyGradientTrainer:
         out["train_tokens"], out["response_tokens"] = totals[-2], totals[-1]
         out.update(memory_report(device))
         return out
+
+    def _micro_batches(self, rows) -> list[list[TokenRow]]:
+        """Token-budget micro-batches; sharded, every rank runs as many as the busiest
+        one (the extra ones are a zero-weight padding row)."""
+        mbs = micro_batches(rows, self.cfg.token_budget) if rows else []
+        if self.sharded:
+            pad = TokenRow([self.pad_id] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
+            mbs += [[pad]] * (self.world.all_reduce_max(len(mbs)) - len(mbs))
+        return mbs
 
     def _backward(self, mb, refs, denom: float, n_tok: float, stats: dict, device) -> None:
         """Loss of one micro-batch (normalised by the global ``denom``) and its backward."""
@@ -143,7 +157,8 @@ class PolicyGradientTrainer:
         if refs is not None:
             ref = torch.zeros_like(logp)
             for j, r in enumerate(mb):
-                ref[j, : len(r.ids)] = torch.tensor(refs[id(r)])
+                if id(r) in refs:  # padding rows have no reference (and mask 0)
+                    ref[j, : len(r.ids)] = torch.tensor(refs[id(r)])
             kl = kl_k3(logp, ref)
             loss = loss + cfg.kl_coef * aggregate(kl, b.loss_mask, cfg.loss_agg, denom)
             stats["kl"] += float((kl.detach() * b.loss_mask).sum()) / n_tok

@@ -127,6 +127,9 @@ class RLConfig:
     loss_agg: str = "token_mean"  # token_mean | seq_mean_token_mean
     recompute_logprobs: bool = True
     lora: LoraConfig = field(default_factory=LoraConfig)
+    # under torchrun: replicate (weights/grads/Adam state on every rank, gradients summed)
+    # or fsdp (FSDP2: all three sharded over the ranks; see trainers/fsdp.py)
+    data_parallel: str = "replicate"
     credit: CreditConfig = field(default_factory=CreditConfig)
 
 
