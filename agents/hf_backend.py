@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from .policy import Sample, SamplingParams
+from .policy import Sample, SamplingParams, decode_response, stop_ids_for
 from .precision import autocast
 
 
@@ -118,12 +118,7 @@ class HFPolicy:
         self.model = model
         self.precision = precision  # autocast dtype for sampling/scoring forwards
         self.tokenizer = tokenizer
-        if stop_token_ids is None:
-            eos = tokenizer.eos_token_id
-            stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
-        if not stop_token_ids:
-            raise ValueError("a policy needs at least one stop token id")
-        self.stop_token_ids = tuple(int(t) for t in stop_token_ids)
+        self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.stop_token_ids[0])
         self.max_batch_size = max_batch_size
@@ -136,10 +131,7 @@ class HFPolicy:
         return next(self.model.parameters()).device
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        ids = list(token_ids)
-        while ids and ids[-1] in self.stop_token_ids:
-            ids.pop()
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return decode_response(self.tokenizer, self.stop_token_ids, token_ids)
 
     # ---------------------------------------------------------------- sampling
     @torch.no_grad()

@@ -53,3 +53,21 @@ class Policy(Protocol):
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of a response, without its trailing stop token."""
         ...
+
+
+def stop_ids_for(tokenizer, stop_token_ids: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The given stop ids, else the tokenizer's EOS id(s); a policy needs at least one."""
+    if stop_token_ids is None:
+        eos = tokenizer.eos_token_id
+        stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if not stop_token_ids:
+        raise ValueError("a policy needs at least one stop token id")
+    return tuple(int(t) for t in stop_token_ids)
+
+
+def decode_response(tokenizer, stop_token_ids: Sequence[int], token_ids: Sequence[int]) -> str:
+    """Text of a response without its trailing stop token(s)."""
+    ids = list(token_ids)
+    while ids and ids[-1] in stop_token_ids:
+        ids.pop()
+    return tokenizer.decode(ids, skip_special_tokens=False)

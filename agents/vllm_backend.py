@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from .policy import Sample, SamplingParams
+from .policy import Sample, SamplingParams, decode_response, stop_ids_for
 
 
 def import_vllm():
@@ -71,12 +71,7 @@ class VLLMPolicy:
                  engine_kwargs: dict | None = None, llm=None):
         self.vllm = import_vllm()
         self.tokenizer = tokenizer
-        if stop_token_ids is None:
-            eos = tokenizer.eos_token_id
-            stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
-        if not stop_token_ids:
-            raise ValueError("a policy needs at least one stop token id")
-        self.stop_token_ids = tuple(int(t) for t in stop_token_ids)
+        self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids)
         self.sleep_mode = enable_sleep_mode
         self.asleep = False
         self.version = 0
@@ -106,10 +101,7 @@ class VLLMPolicy:
 
     # ------------------------------------------------------------------ Policy API
     def decode(self, token_ids: Sequence[int]) -> str:
-        ids = list(token_ids)
-        while ids and ids[-1] in self.stop_token_ids:
-            ids.pop()
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return decode_response(self.tokenizer, self.stop_token_ids, token_ids)
 
     def _seed(self) -> int:
         return int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
