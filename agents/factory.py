@@ -31,7 +31,19 @@ def load_pretrained(path: str, dtype: str = "float32", device: str = "cpu",
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype_of(dtype), **kw)
+    if gguf_file:
+        _forget_gguf(model)
     return model.to(device), tok
+
+
+def _forget_gguf(model) -> None:
+    """transformers dequantizes GGUF tensors into plain float parameters but keeps the
+    model marked as quantized, which blocks ``save_pretrained`` (warm starts,
+    checkpoints).  The weights really are plain floats, so drop the marks."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
 
 
 def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (), seed: int = 0,

@@ -118,7 +118,8 @@ class HFPolicy:
         self.model = model
         self.precision = precision  # autocast dtype for sampling/scoring forwards
         self.tokenizer = tokenizer
-        self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids)
+        self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids,
+                                           getattr(model, "generation_config", None))
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.stop_token_ids[0])
         self.max_batch_size = max_batch_size

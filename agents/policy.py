@@ -55,11 +55,20 @@ class Policy(Protocol):
         ...
 
 
-def stop_ids_for(tokenizer, stop_token_ids: Sequence[int] | None = None) -> tuple[int, ...]:
-    """The given stop ids, else the tokenizer's EOS id(s); a policy needs at least one."""
+def _ids(value) -> list[int]:
+    return [int(value)] if isinstance(value, int) else [int(v) for v in (value or [])]
+
+
+def stop_ids_for(tokenizer, stop_token_ids: Sequence[int] | None = None,
+                 generation_config=None) -> tuple[int, ...]:
+    """The given stop ids, else the tokenizer's EOS id(s) plus the model's generation-config
+    EOS ids (chat models list several, e.g. ``<|im_end|>`` and ``<|endoftext|>``; vLLM
+    stops at all of them, so the transformers backend must too)."""
     if stop_token_ids is None:
-        eos = tokenizer.eos_token_id
-        stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        stop_token_ids = _ids(tokenizer.eos_token_id)
+        for t in _ids(getattr(generation_config, "eos_token_id", None)):
+            if t not in stop_token_ids:
+                stop_token_ids.append(t)
     if not stop_token_ids:
         raise ValueError("a policy needs at least one stop token id")
     return tuple(int(t) for t in stop_token_ids)

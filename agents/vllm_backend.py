@@ -54,6 +54,15 @@ def _engine_fields(vllm) -> set[str]:
         return set()
 
 
+def _generation_config(model_path):
+    """The directory's generation config (its EOS ids are where vLLM stops), if any."""
+    try:
+        from transformers import GenerationConfig
+        return GenerationConfig.from_pretrained(str(model_path))
+    except Exception:  # no generation_config.json: the tokenizer's EOS alone
+        return None
+
+
 def _picked_logprob(entry: Any, token: int) -> float:
     """The sampled/prompt token's log-prob from one position's logprob entry
     (a ``{token_id: Logprob}`` mapping in every vLLM version we support)."""
@@ -71,7 +80,8 @@ class VLLMPolicy:
                  engine_kwargs: dict | None = None, llm=None):
         self.vllm = import_vllm()
         self.tokenizer = tokenizer
-        self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids)
+        self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids,
+                                           _generation_config(model_path))
         self.sleep_mode = enable_sleep_mode
         self.asleep = False
         self.version = 0

@@ -162,3 +162,16 @@ def test_admissible_commands_can_be_shown_to_the_agent(tiny_stack):
                    RolloutConfig(max_turns=2, max_new_tokens=8, show_admissible=True))
     shown = g.trajectories[0].turns[0].observation
     assert "Admissible: go to" in shown and "admissible_commands" not in g.trajectories[0].turns[0].info
+
+
+def test_policy_stops_at_every_eos_the_model_declares(tiny_stack):
+    """Chat models list several EOS ids in their generation config (vLLM stops at all
+    of them); the transformers backend takes the same set."""
+    import copy
+
+    from turngym.agents.hf_backend import HFPolicy
+    tok, model, _ = tiny_stack
+    m = copy.deepcopy(model)
+    m.generation_config.eos_token_id = [tok.eos_token_id, 7]
+    assert HFPolicy(m, tok).stop_token_ids == (tok.eos_token_id, 7)
+    assert HFPolicy(m, tok, stop_token_ids=[9]).stop_token_ids == (9,)
