@@ -145,6 +145,8 @@ def test_lora_training_run_saves_adapters_resumes_and_merges_the_final_model(tmp
     train(load_config("quickstart", over + ["rl.steps=2"]), progress=False)
     ck = out / "checkpoints" / "step_000002"
     assert (ck / "adapter_model.safetensors").exists() and not (ck / "model.safetensors").exists()
+    base = json.loads((ck / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(out / "warmstart")  # peft users can load the adapter on its base
     train(load_config("quickstart", over + ["rl.steps=3"]), resume=True, progress=False)
     recs = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert [r["step"] for r in recs] == [1, 2, 3]

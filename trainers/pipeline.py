@@ -260,6 +260,8 @@ def _prepare_for_rl(cfg: DictConfig, model, out: Path, needs) -> tuple:
     rl = cfg.rl
     if rl.lora.enabled and not is_lora(model):
         model = add_lora(model, rl.lora)
+        for c in model.peft_config.values():  # saved adapters name their real base
+            c.base_model_name_or_path = str(out / "warmstart")
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     ref = None
