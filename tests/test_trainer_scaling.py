@@ -251,3 +251,18 @@ def test_a_gguf_chat_model_loads_saves_and_reloads_unchanged(tmp_path):
     for (k, a), b in zip(model.state_dict().items(), again.state_dict().values()):
         assert torch.equal(a, b), k
     assert HFPolicy(again, tok).stop_token_ids[0] == tok.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_metrics_gathered_across_ranks_drop_tokens_but_not_information(tiny_stack):
+    import gymnasium as gym
+
+    from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
+    from turngym.trainers.evaluate import summarize
+    from turngym.trainers.pipeline import _without_tokens
+    tok, model, prompter = tiny_stack
+    pool = EnvPool(lambda: gym.make("turngym/TextWorld-v0", split="train"))
+    groups = rollout(HFPolicy(model, tok, generator_seed=0), prompter, pool, [0, 1, 2], 2,
+                     RolloutConfig(max_turns=3, max_new_tokens=6))
+    light = _without_tokens(groups)
+    assert summarize(light) == summarize(groups)
+    assert all(not x.response_ids and not x.prompt_ids for g in light for t in g for x in t.turns)

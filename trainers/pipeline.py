@@ -13,6 +13,7 @@ Run layout (``output_dir``)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -89,13 +90,28 @@ def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool
         groups += rollout(policy, prompter, pool, seeds[s:s + chunk], 1, rcfg)
         bar.update(len(seeds[s:s + chunk]))
     bar.close()
-    return summarize(_gathered(world, groups))
+    return _summarize_all(world, groups)
 
 
 def _gathered(world: World, items: list) -> list:
     """Every rank's list, concatenated in rank order (the list itself on one process)."""
     return items if not world.distributed else [x for part in world.all_gather(items)
                                                 for x in part]
+
+
+def _without_tokens(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+    """The groups as metrics see them: token ids and log-probs dropped, so gathering
+    every rank's episodes for a log record moves kilobytes, not the whole batch."""
+    empty = ((), (), (), ())
+    return [TrajectoryGroup(tuple(
+        dataclasses.replace(t, turns=tuple(dataclasses.replace(
+            x, **dict(zip(("prompt_ids", "response_ids", "response_mask", "logprobs"), empty)))
+            for x in t.turns)) for t in g), g.task_id) for g in groups]
+
+
+def _summarize_all(world: World, groups: list[TrajectoryGroup]) -> dict:
+    local = groups if not world.distributed else _without_tokens(groups)
+    return summarize(_gathered(world, local))
 
 
 def credit_context(needs, policy, model, ref, tokenizer, params: dict, brancher=None,
@@ -276,7 +292,7 @@ def _prepare_for_rl(cfg: DictConfig, model, out: Path, needs) -> tuple:
 
 def _step_record(world: World, groups, credits, upd: dict, times: dict) -> dict:
     """One RL log record over all ranks' episodes."""
-    m = summarize(_gathered(world, groups))
+    m = _summarize_all(world, groups)
     rec = {"success_rate": m["success"], "mean_turns": m["mean_turns"],
            "invalid_action_rate": m["invalid_action_rate"],
            "format_error_rate": m["format_error_rate"], **upd, **times,
