@@ -123,7 +123,9 @@ class HFPolicy:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.stop_token_ids[0])
         self.max_batch_size = max_batch_size
-        self.generator = torch.Generator(device="cpu")
+        # on the model's device: sampling on a GPU then never copies [B, vocab]
+        # probabilities to the host for every token
+        self.generator = torch.Generator(device=self.device)
         if generator_seed is not None:
             self.generator.manual_seed(generator_seed)
 
@@ -259,8 +261,7 @@ class KVSession:
             else:
                 scaled = _filter_top_p(logits / params.temperature, params.top_p)
                 lp_all = torch.log_softmax(scaled, dim=-1)
-                tok = torch.multinomial(lp_all.exp().cpu(), 1, generator=gen).squeeze(-1)
-                tok = tok.to(device)
+                tok = torch.multinomial(lp_all.exp(), 1, generator=gen).squeeze(-1)
             tok = torch.where(live, tok, torch.full_like(tok, pad))
             toks.append(tok)
             lps.append(lp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1))
