@@ -129,7 +129,7 @@ def _comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def init_world(backend: str | None = None, timeout_s: float = 1800.0) -> tuple[World, bool]:
+def init_world(backend: str | None = None, timeout_s: float = 7200.0) -> tuple[World, bool]:
     """Joins the process group ``torchrun`` describes in the environment (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT); a plain process gets ``World.local()``.
     The backend is nccl with CUDA, gloo otherwise, unless ``backend`` says.  The flag

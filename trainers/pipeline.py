@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import time
 from pathlib import Path
-from typing import Callable
 
-import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -28,42 +25,30 @@ from tqdm.auto import tqdm
 
 from .. import credit as credit_lib
 from ..agents.branching import continue_from
-from ..agents.factory import build_model, build_policy, load_pretrained
+from ..agents.factory import build_policy, load_pretrained
 from ..agents.hf_backend import HFPolicy
 from ..agents.prompting import ChatPrompter
-from ..agents.rollout import EnvPool, RolloutConfig, rollout
+from ..agents.rollout import EnvPool, rollout
 from ..types import TrajectoryGroup
 from .checkpoint import CheckpointManager, save_model_dir, write_atomic_text
-from .demos import collect_demos, demo_rows, demo_texts, lm_rows
 from .distributed import World, close_world, init_world
-from .hardware import enable_gradient_checkpointing
-from .fsdp import (full_optimizer_state, full_state_dict, gathered, load_full_optimizer_state,
-                   shard_model)
-from .lora import AdapterOff, add_lora, export_weights, is_lora, load_adapter, merged_copy
 from .evaluate import format_report, summarize
+from .fsdp import (
+    full_optimizer_state,
+    full_state_dict,
+    gathered,
+    load_full_optimizer_state,
+    shard_model,
+)
+from .hardware import enable_gradient_checkpointing
+from .lora import AdapterOff, add_lora, export_weights, is_lora, load_adapter, merged_copy
 from .metrics import MetricsLogger, plot_learning_curve
 from .rl import PolicyGradientTrainer
-from .sft import sft_train
+from .runtime import env_factory, quiet_transformers, rollout_config, seed_everything
+from .warmstart import run_warmstart
 
-
-def env_factory(cfg: DictConfig, split: str) -> Callable[[], gym.Env]:
-    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True) or {}
-    kwargs = dict(kwargs, **{cfg.env.split_kwarg: split}) if cfg.env.split_kwarg else kwargs
-    env_id = cfg.env.id
-
-    def make() -> gym.Env:
-        return gym.make(env_id, **kwargs)
-    return make
-
-
-def rollout_config(cfg: DictConfig, *, temperature: float | None = None, greedy: bool = False
-                   ) -> RolloutConfig:
-    a = cfg.agent
-    return RolloutConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
-                         temperature=a.temperature if temperature is None else temperature,
-                         top_p=a.top_p, greedy=greedy, max_context_tokens=a.max_context_tokens,
-                         max_invalid_streak=a.max_invalid_streak, require_think=a.require_think,
-                         show_admissible=a.show_admissible, action_parser=a.action_parser)
+__all__ = ["env_factory", "rollout_config", "train", "evaluate_model", "evaluate_checkpoint",
+           "credit_context", "make_judge"]
 
 
 def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool = True,
@@ -148,85 +133,6 @@ def make_judge(spec: dict):
     raise ValueError(f"unknown judge kind {kind!r}; use oracle or openai")
 
 
-def _quiet_transformers() -> None:
-    try:
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except Exception:  # pragma: no cover
-        pass
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: MetricsLogger,
-                phase: str, desc: str, progress: bool, precision: str | None = None) -> float:
-    """One supervised phase (corpus LM or demo SFT) with a bar and a log every 10 steps."""
-    bar = tqdm(total=-(-len(rows) // ws.batch_size) * epochs, desc=desc, leave=False,
-               disable=not progress)
-
-    def on_step(step: int, rec: dict) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{rec['sft_loss']:.3f}")
-        if step % 10 == 0:
-            log.log(step, phase, rec)
-
-    t0 = time.time()
-    sft_train(model, rows, epochs, ws.lr, ws.batch_size, ws.token_budget, pad_id, seed=seed,
-              weight_decay=ws.weight_decay, warmup_steps=ws.warmup_steps, on_step=on_step,
-              precision=precision)
-    bar.close()
-    return time.time() - t0
-
-
-def _warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = True):
-    ws = cfg.warmstart
-    make_train = env_factory(cfg, cfg.env.train_split)
-    demos = []
-    if ws.enabled or cfg.model.kind == "tiny":
-        n = ws.num_demos if ws.enabled else min(ws.num_demos, 200)
-        bar = tqdm(total=n, desc="collecting demos", leave=False, disable=not progress)
-        demos = collect_demos(make_train, n, ws.epsilon, cfg.seed,
-                              ws.max_turns or cfg.agent.max_turns, progress=bar.update,
-                              show_admissible=cfg.agent.show_admissible, corrupt=ws.corrupt)
-        bar.close()
-        if not demos:
-            raise RuntimeError("the expert solved no task within warmstart.max_turns; "
-                               "raise warmstart.max_turns or lower warmstart.epsilon")
-    vocab_env = make_train()
-    extra = list(getattr(vocab_env.unwrapped, "vocabulary", lambda: [])())
-    phrases = list(getattr(vocab_env.unwrapped, "entity_phrases", lambda: [])())
-    lm_texts = []
-    if ws.enabled and ws.lm_epochs > 0:
-        lm_corpus = getattr(vocab_env.unwrapped, "lm_corpus", None)
-        if lm_corpus is None:
-            raise ValueError(f"warmstart.lm_epochs > 0 but {type(vocab_env.unwrapped).__name__} "
-                             "has no lm_corpus()")
-        lm_texts = list(lm_corpus())
-    vocab_env.close()
-    from ..agents.parsing import INVALID_FORMAT_MESSAGE
-    corpus = demo_texts(demos) + [cfg.agent.system_prompt, INVALID_FORMAT_MESSAGE]
-    model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed, phrases=phrases)
-    if lm_texts:
-        rows = lm_rows(lm_texts, tok, ws.lm_row_tokens)
-        secs = _supervised(model, rows, ws, ws.lm_epochs, tok.pad_token_id, cfg.seed, log,
-                           "lm", "corpus LM", progress, cfg.model.autocast)
-        log.log(0, "lm_done", {"rows": len(rows), "seconds": secs})
-    if ws.enabled:
-        prompter = ChatPrompter(tok, cfg.agent.system_prompt)
-        rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
-                         cfg.agent.max_context_tokens, ws.train_on_noise)
-        secs = _supervised(model, rows, ws, ws.epochs, tok.pad_token_id, cfg.seed, log, "sft",
-                           "warm-start SFT", progress, cfg.model.autocast)
-        log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "seconds": secs})
-    save_model_dir(out / "warmstart", model, tok, {"phase": "warmstart"})
-    return model, tok
-
-
 class _NoLog:
     """Metrics sink of the non-zero ranks: only rank 0 writes files."""
 
@@ -263,7 +169,7 @@ def _load_start(cfg: DictConfig, out: Path, latest: Path | None, resume: bool, l
         model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
         return model, tok, 0, {}
     if world.is_main:
-        model, tok = _warmstart(cfg, out, log, progress)
+        model, tok = run_warmstart(cfg, out, log, progress)
     world.barrier()
     if not world.is_main:
         model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
@@ -347,9 +253,9 @@ def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
 
 
 def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
-    _quiet_transformers()
+    quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
-    _seed_everything(cfg.seed)
+    seed_everything(cfg.seed)
     out = Path(cfg.output_dir)
     ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
     latest = ckpts.latest() if resume else None
@@ -478,7 +384,7 @@ def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
 
 def evaluate_checkpoint(cfg: DictConfig, checkpoint: str, splits=None, progress: bool = True
                         ) -> dict:
-    _quiet_transformers()
+    quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
     model, tok = load_pretrained(checkpoint, cfg.model.dtype, cfg.model.device)
     # agent.backend=vllm: the engine loads the checkpoint directory itself

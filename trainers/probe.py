@@ -114,9 +114,9 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
               group_size: int = 4, continuations: int = 4, estimators: Sequence[str] = (),
               reference: str | None = None, out_dir: str | None = None, seed: int = 0,
               progress: bool = True) -> dict:
-    from .pipeline import _quiet_transformers, credit_context, env_factory, rollout_config
+    from .pipeline import credit_context, env_factory, quiet_transformers, rollout_config
 
-    _quiet_transformers()
+    quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
     model, tok = load_pretrained(checkpoint, cfg.model.dtype, cfg.model.device)
     ref = None

@@ -1,0 +1,82 @@
+"""Warm start: an optional language-modelling pass over the env's own text, then SFT
+on (noise-injected) oracle demonstrations.  Runs before RL, on rank 0 alone."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from ..agents.factory import build_model
+from ..agents.prompting import ChatPrompter
+from .checkpoint import save_model_dir
+from .demos import collect_demos, demo_rows, demo_texts, lm_rows
+from .metrics import MetricsLogger
+from .runtime import env_factory
+from .sft import sft_train
+
+
+def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: MetricsLogger,
+                phase: str, desc: str, progress: bool, precision: str | None = None) -> float:
+    """One supervised phase (corpus LM or demo SFT) with a bar and a log every 10 steps."""
+    bar = tqdm(total=-(-len(rows) // ws.batch_size) * epochs, desc=desc, leave=False,
+               disable=not progress)
+
+    def on_step(step: int, rec: dict) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{rec['sft_loss']:.3f}")
+        if step % 10 == 0:
+            log.log(step, phase, rec)
+
+    t0 = time.time()
+    sft_train(model, rows, epochs, ws.lr, ws.batch_size, ws.token_budget, pad_id, seed=seed,
+              weight_decay=ws.weight_decay, warmup_steps=ws.warmup_steps, on_step=on_step,
+              precision=precision)
+    bar.close()
+    return time.time() - t0
+
+
+def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = True):
+    ws = cfg.warmstart
+    make_train = env_factory(cfg, cfg.env.train_split)
+    demos = []
+    if ws.enabled or cfg.model.kind == "tiny":
+        n = ws.num_demos if ws.enabled else min(ws.num_demos, 200)
+        bar = tqdm(total=n, desc="collecting demos", leave=False, disable=not progress)
+        demos = collect_demos(make_train, n, ws.epsilon, cfg.seed,
+                              ws.max_turns or cfg.agent.max_turns, progress=bar.update,
+                              show_admissible=cfg.agent.show_admissible, corrupt=ws.corrupt)
+        bar.close()
+        if not demos:
+            raise RuntimeError("the expert solved no task within warmstart.max_turns; "
+                               "raise warmstart.max_turns or lower warmstart.epsilon")
+    vocab_env = make_train()
+    extra = list(getattr(vocab_env.unwrapped, "vocabulary", lambda: [])())
+    phrases = list(getattr(vocab_env.unwrapped, "entity_phrases", lambda: [])())
+    lm_texts = []
+    if ws.enabled and ws.lm_epochs > 0:
+        lm_corpus = getattr(vocab_env.unwrapped, "lm_corpus", None)
+        if lm_corpus is None:
+            raise ValueError(f"warmstart.lm_epochs > 0 but {type(vocab_env.unwrapped).__name__} "
+                             "has no lm_corpus()")
+        lm_texts = list(lm_corpus())
+    vocab_env.close()
+    from ..agents.parsing import INVALID_FORMAT_MESSAGE
+    corpus = demo_texts(demos) + [cfg.agent.system_prompt, INVALID_FORMAT_MESSAGE]
+    model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed, phrases=phrases)
+    if lm_texts:
+        rows = lm_rows(lm_texts, tok, ws.lm_row_tokens)
+        secs = _supervised(model, rows, ws, ws.lm_epochs, tok.pad_token_id, cfg.seed, log,
+                           "lm", "corpus LM", progress, cfg.model.autocast)
+        log.log(0, "lm_done", {"rows": len(rows), "seconds": secs})
+    if ws.enabled:
+        prompter = ChatPrompter(tok, cfg.agent.system_prompt)
+        rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
+                         cfg.agent.max_context_tokens, ws.train_on_noise)
+        secs = _supervised(model, rows, ws, ws.epochs, tok.pad_token_id, cfg.seed, log, "sft",
+                           "warm-start SFT", progress, cfg.model.autocast)
+        log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "seconds": secs})
+    save_model_dir(out / "warmstart", model, tok, {"phase": "warmstart"})
+    return model, tok
