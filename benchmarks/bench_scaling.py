@@ -77,6 +77,41 @@ def _rank(rank, size, init, args, q):
     dist.destroy_process_group()
 
 
+def _peak_rss_mb() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _variant(name, args, q):
+    """One variant in a fresh process, so its peak resident memory is its own."""
+    torch.set_num_threads(args.threads)
+    tok, model, groups, credits = _setup(args)
+    precision = None
+    if name == "bf16 autocast":
+        precision = "bfloat16"
+    elif name == "activation checkpointing":
+        enable_gradient_checkpointing(model)
+    elif name == "LoRA r=16":
+        from turngym.trainers.lora import add_lora
+        model = add_lora(model, load_config(None, ["rl.lora.r=16"]).rl.lora)
+    trainer = _trainer(model, tok, precision=precision)
+    before = _peak_rss_mb()
+    secs = _time(trainer, groups, credits, args.repeats)
+    q.put((secs, _peak_rss_mb() - before))
+
+
+def _spawn(target, args_list):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, q)) for a in args_list]
+    for p in procs:
+        p.start()
+    out = q.get()
+    for p in procs:
+        p.join()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=256)
@@ -86,49 +121,27 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    tok, base, groups, credits = _setup(args)
+    tok, base, _, _ = _setup(args)
     n_tok = args.rows * args.tokens
     print(f"model {sum(p.numel() for p in base.parameters()) / 1e6:.1f}M params, "
-          f"{args.rows} rows x {args.tokens} tokens, {args.threads} threads")
-
-    # fp32 first and last: the spread between the two is the noise floor of this machine
-    variants = {"fp32": lambda m: (m, None), "bf16 autocast": lambda m: (m, "bfloat16")}
-
-    def ckpt(m):
-        enable_gradient_checkpointing(m)
-        return m, None
-
-    def lora(m):
-        from turngym.trainers.lora import add_lora
-        return add_lora(m, load_config(None, ["rl.lora.r=16"]).rl.lora), None
-
-    variants["activation checkpointing"] = ckpt
+          f"{args.rows} rows x {args.tokens} tokens, {args.threads} threads; each variant in "
+          "its own process (memory: peak RSS growth during the updates)")
+    names = ["fp32", "bf16 autocast", "activation checkpointing"]
     try:
         import peft  # noqa: F401
-        variants["LoRA r=16"] = lora
+        names.append("LoRA r=16")
     except ImportError:
         pass
-    variants["fp32 (again)"] = variants["fp32"]
-    base_secs = None
-    for name, make in variants.items():
-        model, precision = make(build_tiny_model(tok, hidden_size=args.hidden,
-                                                 num_layers=args.layers, num_heads=4, seed=0))
-        secs = _time(_trainer(model, tok, precision=precision), groups, credits, args.repeats)
-        base_secs = base_secs or secs
+    names.append("fp32")  # again: the spread of the two fp32 rows is this machine's noise
+    base_secs = base_mem = None
+    for name in names:
+        secs, mem = _spawn(_variant, [(name, args)])
+        base_secs, base_mem = base_secs or secs, base_mem or mem
         print(f"  {name:<26s} {secs:6.2f} s/update  {n_tok / secs:9,.0f} tok/s  "
-              f"x{secs / base_secs:.2f} of fp32")
-
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+              f"x{secs / base_secs:.2f} time  +{mem:6.0f} MB peak (x{mem / base_mem:.2f})")
     with tempfile.TemporaryDirectory() as d:
         init = os.path.join(d, "init")
-        procs = [ctx.Process(target=_rank, args=(r, 2, init, args, q)) for r in range(2)]
-        for p in procs:
-            p.start()
-        secs2 = q.get()
-        for p in procs:
-            p.join()
+        secs2 = _spawn(_rank, [(r, 2, init, args) for r in range(2)])
     print(f"  {'2 gloo ranks (half each)':<26s} {secs2:6.2f} s/update  {n_tok / secs2:9,.0f} "
           f"tok/s  x{secs2 / base_secs:.2f} of 1 rank")
 
