@@ -8,7 +8,7 @@ transformers one here, vLLM on GPU) differ only in how they do it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,56 @@ class Policy(Protocol):
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of a response, without its trailing stop token."""
         ...
+
+
+# ---------------------------------------------------------------------------------------
+# Optional capabilities of a policy backend.  The rollout and the trainer ask
+# ``isinstance(policy, Protocol)``; a backend opts in by implementing the method.
+# ---------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class GenerationSession(Protocol):
+    """Rows whose context persists across turns (a KV cache per row)."""
+
+    def generate(self, rows: Sequence[int], new_tokens: Sequence[Sequence[int]],
+                 params: SamplingParams, max_new: Sequence[int] | None = None
+                 ) -> list[Sample]:
+        """Appends ``new_tokens[k]`` to row ``rows[k]`` and samples one continuation each."""
+        ...
+
+
+@runtime_checkable
+class SupportsSessions(Protocol):
+    """Multi-turn sessions: a turn prefills only its new observation tokens."""
+
+    def open_session(self, num_rows: int) -> GenerationSession: ...
+
+
+@runtime_checkable
+class SupportsWeightSync(Protocol):
+    """A sampler holding its own copy of the weights (e.g. a vLLM engine): the trainer
+    pushes HF-named tensors after every update."""
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None: ...
+
+
+@runtime_checkable
+class SupportsRelease(Protocol):
+    """Frees the sampler's memory while the trainer updates (vLLM sleep mode); the next
+    ``sync_weights`` wakes it."""
+
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class HasModel(Protocol):
+    """A policy that samples with the trainer's own ``torch.nn.Module`` (the transformers
+    backend): credit modules read entropies off it directly."""
+
+    model: Any
+    pad_id: int
+    precision: str | None
 
 
 def _ids(value) -> list[int]:

@@ -13,7 +13,7 @@ contracts serve credit assignment:
 from __future__ import annotations
 
 import string
-from typing import Any, Sequence
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import gymnasium as gym
 
@@ -31,8 +31,66 @@ def sanitize(text: str, max_length: int) -> str:
     return clean[:max_length]
 
 
+# ---------------------------------------------------------------------------------------
+# Optional capabilities.  An env (``env.unwrapped``) opts into a trainer feature by
+# implementing the method; trainers and credit modules ask ``isinstance(env, Protocol)``
+# and never probe with ``hasattr``.  Each Protocol says which feature needs it.
+# ---------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class HasOracle(Protocol):
+    """An expert for warm-start demonstrations (``warmstart.enabled``)."""
+
+    def oracle_action(self) -> str:
+        """The expert's next action in the current state (a full action string as the
+        env's ``step`` takes it, e.g. ``"go to cabinet 1"``)."""
+        ...
+
+
+@runtime_checkable
+class HasVocabulary(Protocol):
+    """Words the env can print; tiny word-level tokenizers are fit on them."""
+
+    def vocabulary(self) -> list[str]: ...
+
+
+@runtime_checkable
+class HasEntityPhrases(Protocol):
+    """Multi-word names (``"kredas hufel"``) a tiny tokenizer may fuse into one token."""
+
+    def entity_phrases(self) -> list[str]: ...
+
+
+@runtime_checkable
+class HasLMCorpus(Protocol):
+    """Text for a language-modelling pass before SFT (``warmstart.lm_epochs > 0``)."""
+
+    def lm_corpus(self) -> Iterable[str]: ...
+
+
+@runtime_checkable
+class Snapshottable(Protocol):
+    """A cheap copy of the env state; ``restore`` returns to it exactly (a fast path next
+    to :meth:`TextEnv.replay`, which always works)."""
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snap: Any) -> None: ...
+
+
+@runtime_checkable
+class BatchedSteps(Protocol):
+    """One rollout turn's expensive work for many envs at once (e.g. one retriever call
+    for every search query).  A classmethod; ``step`` must still work alone, and the
+    rollout treats a failure here as "not prefetched"."""
+
+    @classmethod
+    def prepare_steps(cls, envs: Sequence[Any], actions: Sequence[str]) -> None: ...
+
+
 class TextEnv(gym.Env):
-    """Common plumbing: text spaces, snapshot/restore, replay."""
+    """Common plumbing: text spaces and replay (every text env is prefix-resumable)."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
     max_observation_length = 8192
@@ -45,13 +103,6 @@ class TextEnv(gym.Env):
         self.observation_space = text_space(self.max_observation_length)
         self.action_space = text_space(self.max_action_length)
         self._last_obs = ""
-
-    # subclasses implement snapshot/restore when cheap; replay always works
-    def snapshot(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} has no snapshot fast path; use replay")
-
-    def restore(self, snap: Any) -> None:
-        raise NotImplementedError(f"{type(self).__name__} has no snapshot fast path; use replay")
 
     def replay(self, seed: int, actions: Sequence[str], options: dict | None = None
                ) -> tuple[str, dict]:
