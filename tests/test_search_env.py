@@ -57,8 +57,10 @@ def test_oracle_solves_bundled_questions_by_searching():
         by_hop.setdefault(info["hops"], []).append(info["won"])
         searches = [t for t in traj[1:] if t[1]["action_kind"] == "search"]
         if info["won"]:
-            assert len(searches) >= info["hops"]  # it read every hop, no shortcut
-            assert set(info["gold_passages"]) <= set(info["progress"])
+            # it read every hop's gold passage before answering (no shortcut); one search
+            # may retrieve two hops' passages at once, so searches can be fewer than hops
+            assert searches
+            assert set(info["gold_passages"]) <= set(traj[-2][1]["progress"])
     assert won / n >= 0.9, (won, {k: sum(v) / len(v) for k, v in by_hop.items()})
     assert set(by_hop) == {1, 2, 3}
 
