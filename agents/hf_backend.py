@@ -7,96 +7,13 @@ returned log-probs are exactly those of the distribution sampled from
 
 from __future__ import annotations
 
-import inspect
 from typing import Sequence
 
 import torch
 
 from .policy import Sample, SamplingParams, decode_response, stop_ids_for
-from .precision import autocast
-
-
-def _cache_kwarg(model) -> str:
-    """transformers 5 names the KV cache ``cache``; 4.x named it ``past_key_values``."""
-    while hasattr(model, "get_base_model"):  # peft / reference wrappers pass kwargs through
-        inner = model.get_base_model()
-        if inner is model:
-            break
-        model = inner
-    params = inspect.signature(type(model).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _growing_cache(model):
-    """A DynamicCache whose layers grow by capacity doubling instead of ``torch.cat``
-    on every token (which makes decoding O(L^2) in copies).  Falls back to the plain
-    DynamicCache where the cache internals differ (other transformers versions)."""
-    try:
-        from transformers.cache_utils import DynamicCache, DynamicLayer
-        cache = DynamicCache(config=model.config)
-        layers = getattr(cache, "layers", None)
-        if not layers or any(type(x) is not DynamicLayer for x in layers):
-            return cache
-        for layer in layers:
-            layer.__class__ = _growing_layer_class(DynamicLayer)
-        return cache
-    except Exception:  # pragma: no cover - depends on the installed transformers
-        return None
-
-
-_GROWING: dict = {}
-
-
-def _growing_layer_class(base):
-    if base in _GROWING:
-        return _GROWING[base]
-
-    class GrowingLayer(base):
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-                self._kb = self._vb = None
-                self._n = 0
-            n = self._n + key_states.shape[-2]
-            if self._kb is None or n > self._kb.shape[-2]:
-                cap = max(n, 2 * (self._kb.shape[-2] if self._kb is not None else 128))
-                kb = key_states.new_empty(key_states.shape[:-2] + (cap, key_states.shape[-1]))
-                vb = value_states.new_empty(value_states.shape[:-2] + (cap, value_states.shape[-1]))
-                if self._kb is not None:
-                    kb[..., : self._n, :] = self._kb[..., : self._n, :]
-                    vb[..., : self._n, :] = self._vb[..., : self._n, :]
-                self._kb, self._vb = kb, vb
-            self._kb[..., self._n:n, :] = key_states
-            self._vb[..., self._n:n, :] = value_states
-            self._n = n
-            self.keys = self._kb[..., :n, :]
-            self.values = self._vb[..., :n, :]
-            return self.keys, self.values
-
-    _GROWING[base] = GrowingLayer
-    return GrowingLayer
-
-
-def _cache_of(output):
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else getattr(output, "past_key_values", None)
-
-
-def right_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-        mask[i, : len(s)] = 1
-    return ids, mask
-
-
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Log-prob of ids[:, i] under logits[:, i-1]; column 0 is 0. Shape [B, L]."""
-    lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+from .numerics import (autocast, cache_kwarg, cache_of, growing_cache, right_pad,
+                       sequence_logprobs)
 
 
 def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -166,23 +83,10 @@ class HFPolicy:
         return KVSession(self, num_rows)
 
     # ---------------------------------------------------------------- scoring
-    @torch.no_grad()
     def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
-        out: list[list[float]] = []
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for start in range(0, len(sequences), self.max_batch_size):
-                chunk = sequences[start:start + self.max_batch_size]
-                ids, mask = right_pad(chunk, self.pad_id)
-                ids, mask = ids.to(self.device), mask.to(self.device)
-                with autocast(self.precision, self.device):
-                    logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-                lp = token_logprobs(logits, ids).cpu()
-                out.extend(lp[i, : len(s)].tolist() for i, s in enumerate(chunk))
-        finally:
-            self.model.train(was_training)
-        return out
+        return sequence_logprobs(self.model, sequences, self.pad_id,
+                                 budget=self.max_batch_size * max(len(s) for s in sequences)
+                                 if sequences else 1, precision=self.precision)
 
 
 class KVSession:
@@ -199,11 +103,11 @@ class KVSession:
         self.model = policy.model
         self.device = policy.device
         self.B = num_rows
-        self.cache = _growing_cache(self.model)
+        self.cache = growing_cache(self.model)
         self.mask = torch.zeros((num_rows, 0), dtype=torch.long, device=self.device)
         self.pos = torch.zeros(num_rows, dtype=torch.long, device=self.device)
         self.unfed: list[list[int]] = [[] for _ in range(num_rows)]
-        self._ckw = _cache_kwarg(self.model)
+        self._ckw = cache_kwarg(self.model)
 
     def _forward(self, ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
         pos = self.pos.unsqueeze(1) + new_mask.cumsum(-1) - 1
@@ -213,7 +117,7 @@ class KVSession:
         with autocast(self.policy.precision, self.device):
             res = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
                              use_cache=True, logits_to_keep=1, **kw)
-        self.cache = _cache_of(res)
+        self.cache = cache_of(res)
         self.pos = self.pos + new_mask.sum(-1)
         return res.logits[:, -1, :].float()
 

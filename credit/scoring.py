@@ -29,8 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..agents.hf_backend import _cache_kwarg, _cache_of
-from ..agents.precision import autocast
+from ..agents.numerics import autocast, cache_kwarg, cache_of, sequence_entropies
 from ..types import Trajectory
 
 DEFAULT_ANSWER_TEMPLATE = "<answer> {answer} </answer>"
@@ -153,7 +152,7 @@ class GoldScorer:
             with autocast(self.precision, device):
                 r1 = model(input_ids=ids.to(device), attention_mask=mask2d.to(device),
                            use_cache=True, logits_to_keep=keep1.to(device))
-                kw = {_cache_kwarg(model): _cache_of(r1)}
+                kw = {cache_kwarg(model): cache_of(r1)}
                 r2 = model(input_ids=bids.to(device), attention_mask=mask4d.to(device),
                            position_ids=bpos.to(device), use_cache=False, **kw)
         finally:
@@ -199,40 +198,12 @@ def reduce_scores(token_lps: Sequence[np.ndarray], how: str = "mean") -> float:
     return max(vals)
 
 
-@torch.no_grad()
 def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
                        max_batch_tokens: int = 16384, precision: str | None = None
                        ) -> list[np.ndarray]:
     """Per trajectory, the policy's entropy (nats) at every token position: entry q is
     the entropy of the distribution that produced token q (0 for q = 0).  Callers
     keep the response positions (agent tokens), never observation tokens."""
-    out: list = [None] * len(trajs)
-    seqs = [t.token_ids() for t in trajs]
-    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        i = 0
-        while i < len(order):
-            width = len(seqs[order[i]])
-            n = max(1, max_batch_tokens // max(1, width))
-            idx = order[i:i + n]
-            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-            att = torch.zeros((len(idx), width), dtype=torch.long)
-            for b, k in enumerate(idx):
-                ids[b, : len(seqs[k])] = torch.tensor(seqs[k])
-                att[b, : len(seqs[k])] = 1
-            with autocast(precision, device):
-                logits = model(input_ids=ids.to(device), attention_mask=att.to(device),
-                               use_cache=False).logits
-            logp = torch.log_softmax(logits.float(), -1)
-            ent = -(logp.exp() * logp).sum(-1).cpu()  # [B, W]: entropy of the next token
-            for b, k in enumerate(idx):
-                e = np.zeros(len(seqs[k]))
-                e[1:] = ent[b, : len(seqs[k]) - 1].numpy()
-                out[k] = e
-            i += n
-    finally:
-        model.train(was_training)
-    return out
+    ents = sequence_entropies(model, [t.token_ids() for t in trajs], pad_id, max_batch_tokens,
+                              precision)
+    return [np.asarray(e, dtype=np.float64) for e in ents]

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from turngym.agents.hf_backend import HFPolicy, token_logprobs
+from turngym.agents.hf_backend import HFPolicy
+from turngym.agents.numerics import token_logprobs
 from turngym.agents.policy import SamplingParams
 from turngym.agents.tiny import build_tiny_model
 from turngym.config import load_config

@@ -11,7 +11,6 @@ import sys
 
 import torch
 
-from ..agents.precision import autocast, model_device  # noqa: F401  (re-exported)
 
 
 def enable_gradient_checkpointing(model) -> None:

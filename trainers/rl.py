@@ -19,37 +19,23 @@ from typing import Sequence
 
 import torch
 
-from ..agents.hf_backend import token_logprobs
+from ..agents.numerics import (forward_logits, model_device, sequence_logprobs,
+                               token_entropies, token_logprobs)
 from ..types import CreditAssignment, TrajectoryGroup
 from .batching import TokenRow, collate, micro_batches, rows_from_groups
 from .distributed import World
 from .fsdp import gathered, is_sharded
-from .hardware import autocast, memory_report, model_device, reset_peak_memory
+from .hardware import memory_report, reset_peak_memory
 from .losses import aggregate, kl_k3, ppo_clip_terms
 
 _STATS = ("pg_loss", "kl", "clipfrac", "entropy")
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-@torch.no_grad()
 def score_rows(model, rows: Sequence[TokenRow], pad_id: int, budget: int,
-                precision: str | None = None) -> list[list[float]]:
+               precision: str | None = None) -> list[list[float]]:
     """Per-token log-probs of each row under ``model`` (in ``rows`` order)."""
-    device = model_device(model)
-    was = model.training
-    model.eval()
-    out: dict[int, list[float]] = {}
-    index = {id(r): i for i, r in enumerate(rows)}
-    for mb in micro_batches(rows, budget):
-        b = collate(mb, pad_id).to(device)
-        with autocast(precision, device):
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
-                           use_cache=False).logits
-        lp = token_logprobs(logits, b.input_ids).cpu()
-        for j, r in enumerate(mb):
-            out[index[id(r)]] = lp[j, : len(r.ids)].tolist()
-    model.train(was)
-    return [out[i] for i in range(len(rows))]
+    return sequence_logprobs(model, [r.ids for r in rows], pad_id, budget, precision)
 
 
 def split_even(items: Sequence, parts: int) -> list[list]:
@@ -147,9 +133,7 @@ class PolicyGradientTrainer:
         """Loss of one micro-batch (normalised by the global ``denom``) and its backward."""
         cfg = self.cfg
         b = collate(mb, self.pad_id).to(device)
-        with autocast(self.precision, device):
-            logits = self.model(input_ids=b.input_ids, attention_mask=b.attention_mask,
-                                use_cache=False).logits
+        logits = forward_logits(self.model, b.input_ids, b.attention_mask, self.precision)
         logp = token_logprobs(logits, b.input_ids)
         pg, clipped = ppo_clip_terms(logp, b.old_logprobs, b.advantages,
                                      cfg.clip_low, cfg.clip_high)
@@ -166,10 +150,6 @@ class PolicyGradientTrainer:
         with torch.no_grad():
             stats["pg_loss"] += float(loss.item())
             stats["clipfrac"] += float((clipped * b.loss_mask).sum()) / n_tok
-            ent = _entropy(logits[:, :-1])
-            stats["entropy"] += float((ent * b.loss_mask[:, 1:]).sum()) / n_tok
+            ent = token_entropies(logits)
+            stats["entropy"] += float((ent * b.loss_mask).sum()) / n_tok
 
-
-def _entropy(logits: torch.Tensor) -> torch.Tensor:
-    lp = torch.log_softmax(logits.float(), dim=-1)
-    return -(lp.exp() * lp).sum(-1)

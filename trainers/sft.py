@@ -8,9 +8,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..agents.hf_backend import token_logprobs
+from ..agents.numerics import forward_logits, token_logprobs
 from .batching import TokenRow, collate, micro_batches
-from .hardware import autocast
 
 
 def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_size: int,
@@ -43,9 +42,7 @@ def sft_train(model, rows: Sequence[TokenRow], epochs: int, lr: float, batch_siz
             loss_sum = 0.0
             for mb in micro_batches(batch, token_budget):
                 b = collate(mb, pad_id).to(device)
-                with autocast(precision, device):
-                    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
-                                   use_cache=False).logits
+                logits = forward_logits(model, b.input_ids, b.attention_mask, precision)
                 lp = token_logprobs(logits, b.input_ids)
                 loss = -(lp * b.loss_mask).sum() / max(n_tok, 1.0)
                 loss.backward()
