@@ -7,8 +7,8 @@ import pytest
 from turngym.envs.search.data import (DataFormatError, Passage, QAExample, load_corpus_jsonl,
                                       load_qa, write_corpus_jsonl, write_qa_jsonl)
 from turngym.envs.search.protocol import (INVALID_ACTION_MESSAGE, contains_answer, exact_match,
-                                          f1_score, information_block, normalize_answer,
-                                          parse_search_action)
+                                          f1_score, format_passages, information_block,
+                                          normalize_answer, parse_search_action)
 from turngym.envs.search.wiki import WikiConfig, generate_wiki
 
 
@@ -123,9 +123,27 @@ def test_parse_search_action(text, kind, content):
 
 
 def test_information_block_matches_search_r1():
+    # Search-R1 renders the title line whole (FlashRAG quotes included), text unstripped
     block = information_block([Passage("1", "T1", "one"), Passage("2", "T2", "two")])
-    assert block == "\n\n<information>Doc 1(Title: T1) one\nDoc 2(Title: T2) two</information>\n\n"
+    assert block == ('\n\n<information>Doc 1(Title: "T1") one\n'
+                     'Doc 2(Title: "T2") two</information>\n\n')
     assert "<search> and </search>" in INVALID_ACTION_MESSAGE
+
+
+@pytest.mark.parametrize("contents,title,text,rendered", [
+    ('"Kredas Hufel"\nKredas works.', "Kredas Hufel", "Kredas works.",
+     'Doc 1(Title: "Kredas Hufel") Kredas works.\n'),
+    ('"T"\n two\nlines \n', "T", " two\nlines \n", 'Doc 1(Title: "T")  two\nlines \n\n'),
+    ("Plain title\nbody", "Plain title", "body", "Doc 1(Title: Plain title) body\n"),
+    ("no newline at all", "no newline at all", "", "Doc 1(Title: no newline at all) \n"),
+    ('"a "quoted" b"\nx', 'a "quoted" b', "x", 'Doc 1(Title: "a "quoted" b") x\n'),
+    ('"\nx', '"', "x", 'Doc 1(Title: ") x\n'),
+])
+def test_from_contents_keeps_what_search_r1_renders(contents, title, text, rendered):
+    p = Passage.from_contents("9", contents)
+    assert (p.title, p.text) == (title, text)
+    assert p.contents == contents  # goes back on the wire exactly as it came
+    assert format_passages([p]) == rendered
 
 
 def test_squad_normalisation_em_and_f1():

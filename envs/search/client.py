@@ -2,9 +2,11 @@
 
 Connection failures, timeouts and 5xx answers are retried with exponential
 backoff; after the last try a :class:`RetrieverUnavailable` names the URL and
-the cause.  A 4xx is the caller's mistake and is raised at once.  The client
-checks ``/health`` when created (``check=True``) so a server that is down fails
-the run at start-up, not in the middle of a rollout.
+the cause.  A 4xx is the caller's mistake and is raised at once.  Passages come back
+with their ``contents`` string intact (:meth:`Passage.from_contents`), so an env over
+this client renders them exactly as Search-R1's generation loop renders the same
+answer.  The client checks ``/health`` when created (``check=True``) so a server that
+is down fails the run at start-up, not in the middle of a rollout.
 """
 
 from __future__ import annotations
@@ -68,13 +70,20 @@ class HTTPRetriever:
         if not isinstance(rows, list) or len(rows) != len(queries):
             raise RetrieverUnavailable(f"{self.url} sent a malformed answer: {r.text[:300]}")
         out = []
-        for row in rows:
-            hits = []
-            for item in row:
-                doc = item.get("document", item)
-                hits.append(Hit(Passage.from_contents(str(doc.get("id", "")), doc["contents"]),
-                                float(item.get("score", 0.0))))
-            out.append(hits)
+        try:
+            for row in rows:
+                hits = []
+                for item in row:
+                    doc = item.get("document", item)
+                    contents = doc["contents"]
+                    if not isinstance(contents, str):
+                        raise TypeError("'contents' is not a string")
+                    hits.append(Hit(Passage.from_contents(str(doc.get("id", "")), contents),
+                                    float(item.get("score", 0.0))))
+                out.append(hits)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise RetrieverUnavailable(f"{self.url} sent a malformed answer ({exc}): "
+                                       f"{r.text[:300]}") from None
         return out
 
     def close(self) -> None:

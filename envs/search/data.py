@@ -10,26 +10,41 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 
 @dataclass(frozen=True)
 class Passage:
+    """A corpus passage.  ``title``/``text`` are what retrievers index; :attr:`contents` is
+    the FlashRAG/Search-R1 wire form, ``"Title"\\ntext``, which is what gets rendered.
+
+    A passage read from a ``contents`` string that is not in that exact form (an unquoted
+    title line, no newline, ...) keeps the string in ``raw_contents``, so it goes back on
+    the wire, and renders, exactly as it came.
+    """
+
     id: str
     title: str
     text: str
+    raw_contents: str | None = field(default=None, repr=False)
 
     @property
     def contents(self) -> str:
         """FlashRAG/Search-R1 ``contents`` field: quoted title line, then the text."""
+        if self.raw_contents is not None:
+            return self.raw_contents
         return f'"{self.title}"\n{self.text}'
 
     @staticmethod
     def from_contents(pid: str, contents: str) -> "Passage":
-        title, _, text = contents.partition("\n")
-        return Passage(str(pid), title.strip().strip('"'), text.strip())
+        """Splits ``contents`` as Search-R1 does (the first line is the title line); the
+        title loses one pair of surrounding quotes, nothing else is stripped."""
+        line, _, text = contents.partition("\n")
+        title = line[1:-1] if len(line) >= 2 and line[0] == line[-1] == '"' else line
+        canonical = f'"{title}"\n{text}'
+        return Passage(str(pid), title, text, None if canonical == contents else contents)
 
 
 @dataclass(frozen=True)

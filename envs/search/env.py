@@ -26,7 +26,7 @@ from ..base import TextEnv, sanitize
 from .data import QAExample
 from .dataset import get_dataset, get_retriever
 from .protocol import (INVALID_ACTION_MESSAGE, SEARCH_R1_INSTRUCTION, SearchAction,
-                       exact_match, f1_score, information_block,
+                       exact_match, f1_score, format_passages, information_block,
                        parse_search_action)
 
 PROMPT_STYLES = {
@@ -212,7 +212,7 @@ class SearchQAEnv(TextEnv):
 
     def lm_corpus(self) -> list[str]:
         """Passages rendered as the agent sees them (warm-start language modelling)."""
-        return [f"(Title: {p.title}) {p.text}" for p in self.dataset.passages]
+        return [format_passages([p]).strip() for p in self.dataset.passages]
 
     def entity_phrases(self) -> list[str]:
         """Multi-word entity names (passage titles); tiny tokenizers may fuse each into

@@ -3,7 +3,10 @@
 * The agent writes ``<search> query </search>`` or ``<answer> text </answer>``;
   the first complete tag of either kind counts (Search-R1's
   ``postprocess_predictions``).
-* A search returns ``\\n\\n<information>Doc 1(Title: t) text\\nDoc 2(...)...</information>\\n\\n``.
+* A search returns
+  ``\\n\\n<information>Doc 1(Title: "t") text\\nDoc 2(...)...</information>\\n\\n``:
+  passages go over the wire as FlashRAG ``contents`` (``"Title"\\ntext``) and Search-R1
+  keeps the title line whole, quotes included.
 * Anything else gets Search-R1's invalid-action message.
 * Scoring: SQuAD normalisation (lower case, no punctuation, no articles, single
   spaces), exact match against any gold answer, token F1 (max over gold answers).
@@ -61,12 +64,25 @@ def parse_search_action(text: str, max_chars: int = 1000) -> SearchAction:
     return SearchAction(m.group(1), content)
 
 
+def format_contents(contents: Sequence[str]) -> str:
+    """Search-R1's ``_passages2string`` (``search_r1/llm_agent/generation.py``) over the
+    ``contents`` strings of one result row: the first line is the title line, kept as it
+    is (quotes included), the rest is the text, unstripped."""
+    out = []
+    for i, c in enumerate(contents):
+        title, _, text = c.partition("\n")
+        out.append(f"Doc {i + 1}(Title: {title}) {text}\n")
+    return "".join(out)
+
+
 def format_passages(passages: Sequence[Passage]) -> str:
-    """Search-R1's ``_passages2string``."""
-    return "".join(f"Doc {i + 1}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages))
+    """Search-R1's rendering of these passages as a retrieval server sends them."""
+    return format_contents([p.contents for p in passages])
 
 
 def information_block(passages: Sequence[Passage]) -> str:
+    """The observation after a search: Search-R1's ``execute_predictions`` wraps the
+    stripped rendering in ``\\n\\n<information>...</information>\\n\\n``."""
     return f"\n\n<information>{format_passages(passages).strip()}</information>\n\n"
 
 
