@@ -45,7 +45,7 @@ def test_segments_cut_at_env_facing_actions():
 
 
 def test_oracle_roles_in_the_text_world():
-    env = TextWorldEnv(split="train", max_steps=50)
+    env = TextWorldEnv(split="train", max_turns=50)
     env.reset(seed=4)
     expert = []
     while not env.world.state.won:
@@ -162,8 +162,7 @@ def served_judge():
     model, tok, trs = _judge_model('{"role": "useful_exploration"}')
     server, url = serve_in_thread(ChatModel(model, tok))
     yield url, trs, tok
-    server.shutdown()
-    server.server_close()
+    server.stop()
 
 
 def test_llm_judge_over_real_http(served_judge):
@@ -200,8 +199,7 @@ def test_server_contract_and_judge_fallbacks(served_judge):
         roles, errors = OpenAIJudge(url2, retries=1, backoff=0.01, max_tokens=8).label(segs)
         assert errors == len(segs) and all(r is Role.NO_PROGRESS_INFRASTRUCTURE for r in roles)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
     # a judge server that is down: fallbacks, counted, no exception
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,6 +1,8 @@
 """Search-R1 compatible retrieval server on loopback and the httpx client backend."""
 
 import socket
+import threading
+import time
 
 import gymnasium as gym
 import httpx
@@ -9,9 +11,11 @@ from conftest import SMALL_WIKI
 
 import turngym  # noqa: F401
 from turngym.envs.search.client import HTTPRetriever, RetrieverUnavailable
+from turngym.envs.search.data import Passage
 from turngym.envs.search.dataset import get_dataset
-from turngym.envs.search.retrieval import BM25Retriever
-from turngym.envs.search.server import serve_in_thread
+from turngym.envs.search.retrieval import BM25Retriever, Hit
+from turngym.envs.search.server import RetrieverLimits, serve_in_thread
+from turngym.jsonhttp import Limits
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +24,7 @@ def served():
     local = BM25Retriever(ds.passages)
     server, url = serve_in_thread(local, num_passages=len(ds.passages))
     yield ds, local, url
-    server.shutdown()
-    server.server_close()
+    server.stop()
 
 
 def test_round_trip_matches_local_retriever(served):
@@ -45,19 +48,102 @@ def test_search_r1_wire_format(served):
     assert doc["document"]["contents"].startswith('"')  # quoted title line first
     plain = httpx.post(f"{url}/retrieve", json={**body, "return_scores": False}).json()
     assert set(plain["result"][0][0]) == {"id", "contents"}
+    assert [d["id"] for d in plain["result"][0]] == [d["document"]["id"] for d in res[0]]
+    # Search-R1 and SkyRL default: topk missing or null -> the server's default (3);
+    # return_scores missing -> false
+    for b in ({"queries": ["capital"]}, {"queries": ["capital"], "topk": None}):
+        rows = httpx.post(f"{url}/retrieve", json=b).json()["result"]
+        assert len(rows[0]) == 3 and set(rows[0][0]) == {"id", "contents"}
+    assert httpx.post(f"{url}/retrieve", json={"queries": []}).json() == {"result": []}
 
 
-@pytest.mark.parametrize("body,status", [
-    ({"queries": [1, 2]}, 400), ({"queries": ["x"], "topk": 0}, 400),
-    ({"queries": ["x"], "topk": "3"}, 400), ([1, 2], 400),
+def test_skyrl_single_query_form_answers_one_row(served):
+    _, local, url = served
+    q = "capital of"
+    one = httpx.post(f"{url}/retrieve", json={"query": q, "topk": 3, "return_scores": True})
+    batch = httpx.post(f"{url}/retrieve", json={"queries": [q], "topk": 3, "return_scores": True})
+    assert one.status_code == 200 and one.json() == batch.json()
+    rows = one.json()["result"]
+    assert len(rows) == 1 and [d["document"]["id"] for d in rows[0]] == [
+        h.passage.id for h in local.search([q], 3)[0]]
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"queries": [1, 2]}, "queries"), ({"queries": ["x"], "topk": 0}, "topk"),
+    ({"queries": ["x"], "topk": "3"}, "topk"), ({"queries": ["x"], "topk": True}, "topk"),
+    ({"queries": ["x"], "topk": 101}, "topk"), ({"queries": ["x"], "topk": 2.0}, "topk"),
+    ({"query": ["x"]}, "query"), ({"query": "x", "queries": ["x"]}, "queries"), ({}, "queries"),
+    ({"queries": ["x"], "return_scores": "yes"}, "return_scores"),
+    ({"queries": ["x"], "top_k": 3}, "top_k"), ([1, 2], None),
 ])
-def test_bad_requests_get_400_and_server_survives(served, body, status):
+def test_bad_requests_get_400_and_server_survives(served, body, param):
     _, _, url = served
     r = httpx.post(f"{url}/retrieve", json=body)
-    assert r.status_code == status and "error" in r.json()
+    assert r.status_code == 400 and isinstance(r.json()["error"], str)
+    if param:
+        assert repr(param)[1:-1] in r.json()["error"]
     assert httpx.post(f"{url}/retrieve", content=b"{not json").status_code == 400
     assert httpx.get(f"{url}/nope").status_code == 404
     assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_per_request_caps():
+    limits = RetrieverLimits(max_queries=5, max_topk=4, max_results=16,
+                             http=Limits(max_body_bytes=2000))
+    server, url = serve_in_thread(Slow(0.0), limits=limits)
+    try:
+        ok = httpx.post(f"{url}/retrieve", json={"queries": ["a"] * 4, "topk": 4})
+        assert ok.status_code == 200 and len(ok.json()["result"]) == 4
+        r = httpx.post(f"{url}/retrieve", json={"queries": ["a"] * 5, "topk": 4})
+        assert r.status_code == 400 and "at most 16" in r.json()["error"]
+        r = httpx.post(f"{url}/retrieve", json={"queries": ["a"] * 6})
+        assert r.status_code == 400 and "at most 5" in r.json()["error"]
+        r = httpx.post(f"{url}/retrieve", json={"queries": ["a"], "topk": 5})
+        assert r.status_code == 400 and "[1, 4]" in r.json()["error"]
+        r = httpx.post(f"{url}/retrieve", json={"query": "q" * 3000})
+        assert r.status_code == 413 and "2000 bytes" in r.json()["error"]
+    finally:
+        server.stop()
+
+
+class Slow:
+    """Answers every query after ``delay`` seconds, logging which request each call served."""
+
+    def __init__(self, delay):
+        self.delay, self.calls = delay, []
+
+    def search(self, queries, topk):
+        time.sleep(self.delay * len(queries))
+        self.calls.append(tuple(queries))
+        return [[Hit(Passage(q, q, q), 1.0)] * topk for q in queries]
+
+
+def test_a_long_batch_does_not_starve_a_short_request():
+    slow = Slow(0.004)
+    server, url = serve_in_thread(slow, limits=RetrieverLimits(chunk_queries=4))
+    try:
+        big = [f"big{i}" for i in range(400)]  # 100 chunks, ~1.6 s of work
+        done = {}
+
+        def send_big():
+            done["big"] = httpx.post(f"{url}/retrieve", json={"queries": big}, timeout=60)
+
+        t = threading.Thread(target=send_big)
+        t.start()
+        while len(slow.calls) < 3:
+            time.sleep(0.005)
+        sent_at = len(slow.calls)
+        small = httpx.post(f"{url}/retrieve", json={"query": "small"}, timeout=60)
+        t.join()
+        assert small.status_code == 200 and done["big"].status_code == 200
+        order = slow.calls.index(("small",))
+        # served between two chunks of the batch while most of it was still to do (one
+        # lock hold for the whole batch would put it after all 100 chunks)
+        assert sent_at <= order < 50
+        got = [row[0]["id"] for row in done["big"].json()["result"]]
+        assert got == big  # chunks reassembled in order
+    finally:
+        server.stop()
 
 
 def test_env_over_http_equals_local(served):
@@ -117,8 +203,7 @@ def test_5xx_is_retried_then_succeeds_or_gives_up(served):
         assert bad.health()["status"] == "ok"  # the server itself survived
     finally:
         for s in (ok_after_two, never_ok):
-            s.shutdown()
-            s.server_close()
+            s.stop()
 
 
 def test_serve_retriever_cli_on_a_jsonl_corpus(tmp_path):

