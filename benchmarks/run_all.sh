@@ -7,4 +7,5 @@ python benchmarks/bench_rollout_train.py
 python benchmarks/bench_search.py
 python benchmarks/bench_scoring.py
 python benchmarks/bench_tools.py
+python benchmarks/bench_servers.py
 python benchmarks/bench_scaling.py
