@@ -17,6 +17,7 @@ from typing import Any
 
 from ..base import TextEnv, sanitize
 from .calls import CallError, parse_tool_calls, tool_response
+from .sandbox import SandboxError
 from .schema import ToolArgumentError, ToolSet
 
 NO_ACTION = ("Invalid response: call a tool with <tool_call>{\"name\": ..., \"arguments\": "
@@ -84,6 +85,8 @@ class ToolEnv(TextEnv):
             except ToolArgumentError as exc:
                 n_invalid += 1
                 responses.append(tool_response(f"Error: {exc}"))
+            except SandboxError:  # the machinery failed, not the call: never an observation
+                raise
             except Exception as exc:  # a tool's own failure is an observation
                 responses.append(tool_response(f"Error: {type(exc).__name__}: {exc}"))
         self.total_calls += n_calls

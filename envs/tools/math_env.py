@@ -1,17 +1,31 @@
 """``turngym/ToolMath-v0``: arithmetic word problems solved with a calculator and a
 sandboxed Python tool; reward 1 when the ``<answer>`` equals the gold number
 (relative tolerance 1e-6).  Problems are generated offline from templates with
-seeded numbers, so ``reset(seed=i)`` always poses problem i."""
+seeded numbers, so ``reset(seed=i)`` always poses problem i.
+
+The ``python`` tool runs every call in a fresh bubblewrap sandbox (``sandbox.py``,
+``docs/sandbox.md``).  ``sandbox=`` takes :class:`SandboxConfig` fields as a dict; the
+env checks at construction that the isolation can run here and raises
+:class:`SandboxUnavailableError` (naming the opt-in) if not, e.g. on macOS, where only
+``sandbox={"isolation": "unsafe-inprocess"}`` (an explicit downgrade) runs.
+
+:meth:`ToolMathEnv.prepare_steps` (the rollout's :class:`~turngym.envs.base.BatchedSteps`
+hook) runs the python calls of one turn of many envs concurrently, each still in its own
+fresh sandbox; ``step`` then uses those results instead of running the code again."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from .base import ToolEnv
 from .calculator import CalculatorError, evaluate
-from .sandbox import SandboxLimits, run_python
-from .schema import ToolSet, tool
+from .calls import ToolCall, parse_tool_calls
+from .sandbox import SandboxConfig, SandboxLimits, check_sandbox, run_python
+from .schema import ToolArgumentError, ToolSet, tool
 
 _TEMPLATES = [
     ("A shop sells {a} pens at {p:.2f} each and {b} notebooks at {q:.2f} each. "
@@ -42,18 +56,24 @@ def calculator(expression: str) -> str:
         return f"Error: {exc}"
 
 
-@tool
-def python(code: str) -> str:
-    """Runs Python code in a sandbox (no network, no files outside its folder, 5 s) and
-    returns what it printed.
+def make_tools(sandbox: SandboxConfig | dict | None = None,
+               prefetched: Callable[[str], str | None] | None = None) -> ToolSet:
+    """``calculator`` and a ``python`` tool bound to one sandbox config; ``prefetched``
+    may hold the result of a call that already ran (see ``prepare_steps``)."""
+    config = SandboxConfig.coerce(sandbox)
 
-    Args:
-        code: a Python program; print the values you need
-    """
-    return run_python(code, SandboxLimits()).render()
+    @tool
+    def python(code: str) -> str:
+        """Runs Python code in a sandbox (no network, no files outside its folder, 5 s) and
+        returns what it printed.
 
+        Args:
+            code: a Python program; print the values you need
+        """
+        done = prefetched(code) if prefetched is not None else None
+        return done if done is not None else run_python(code, SandboxLimits(), config).render()
 
-TOOLS = ToolSet([calculator, python])
+    return ToolSet([calculator, python])
 
 
 def make_problem(index: int) -> tuple[str, float]:
@@ -68,20 +88,61 @@ class ToolMathEnv(ToolEnv):
     instructions = ("Solve the problem. Use the tools for arithmetic, then reply with the "
                     "final number as <answer> number </answer>.")
 
-    def __init__(self, split: str = "train", max_turns: int = 6, **kw):
+    def __init__(self, split: str = "train", max_turns: int = 6,
+                 sandbox: SandboxConfig | dict | None = None, **kw):
         super().__init__(max_turns=max_turns, **kw)
         if split not in ("train", "test"):
             raise ValueError("split must be 'train' or 'test'")
         self.split = split
+        self.sandbox = SandboxConfig.coerce(sandbox)
+        check_sandbox(self.sandbox)  # refuse now, not at the first python call
+        self._prefetched: dict[str, list[str]] = {}
+        self.tools = make_tools(self.sandbox, self._take_prefetched)
         self.index, self.question, self.gold = 0, "", 0.0
 
+    # ---------------------------------------------------------------- batched python calls
+    def _take_prefetched(self, code: str) -> str | None:
+        done = self._prefetched.get(code)
+        return done.pop(0) if done else None
+
+    def step(self, action: str):
+        try:
+            return super().step(action)
+        finally:
+            self._prefetched = {}  # results belong to this one step
+
+    @classmethod
+    def prepare_steps(cls, envs: Sequence[ToolMathEnv], actions: Sequence[str]) -> None:
+        """Runs the python calls of one turn of ``envs`` concurrently (as many at once as
+        there are cores; each in its own fresh sandbox); their ``step`` uses the results."""
+        jobs: list[tuple[ToolMathEnv, str]] = []
+        for env, action in zip(envs, actions):
+            env._prefetched = {}
+            if env.done or not isinstance(action, str):
+                continue
+            calls = parse_tool_calls(action[: env.max_action_length], env.max_calls).calls
+            for c in calls:
+                if isinstance(c, ToolCall) and c.name == "python":
+                    try:
+                        jobs.append((env, env.tools.tools["python"].check(c.arguments)["code"]))
+                    except ToolArgumentError:
+                        continue
+        if len(jobs) < 2:
+            return
+        with ThreadPoolExecutor(min(len(jobs), max(2, os.cpu_count() or 2))) as ex:
+            outs = list(ex.map(lambda j: run_python(j[1], SandboxLimits(), j[0].sandbox).render(),
+                               jobs))
+        for (env, code), out in zip(jobs, outs):
+            env._prefetched.setdefault(code, []).append(out)
+
     def setup(self, index: int) -> None:
+        self._prefetched = {}
         # train and test draw disjoint problem numbers
         self.index = 2 * index + (1 if self.split == "test" else 0)
         self.question, self.gold = make_problem(self.index)
 
     def toolset(self) -> ToolSet:
-        return TOOLS
+        return self.tools
 
     def task_text(self) -> str:
         return f"Problem: {self.question}"
@@ -114,6 +175,7 @@ class ToolMathEnv(ToolEnv):
     def restore(self, snap) -> None:
         (self.index, self.question, self.gold, self.turns, self.done, self.total_calls,
          self.total_invalid) = snap
+        self._prefetched = {}
 
 
 def _fmt(x: float) -> str:
