@@ -38,7 +38,7 @@ SEARCH_R1_INSTRUCTION = (
     "<answer> Beijing </answer>. Question: {question}\n"
 )
 
-_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_TAGS = ("search", "answer")
 
 
 @dataclass(frozen=True)
@@ -51,17 +51,37 @@ class SearchAction:
 def parse_search_action(text: str, max_chars: int = 1000) -> SearchAction:
     if not isinstance(text, str):
         return SearchAction("invalid", error="output is not text")
-    m = _ACTION.search(text)
+    m = _first_tag(text)
     if m is None:
         if "<search>" in text or "<answer>" in text:
             return SearchAction("invalid", error="unterminated <search>/<answer> tag")
         return SearchAction("invalid", error="no <search> or <answer> tag")
-    content = " ".join(m.group(2).split())
+    kind, body = m
+    content = " ".join(body.split())
     if not content:
-        return SearchAction("invalid", error=f"empty <{m.group(1)}>")
+        return SearchAction("invalid", error=f"empty <{kind}>")
     if len(content) > max_chars:
-        return SearchAction("invalid", error=f"<{m.group(1)}> longer than {max_chars} chars")
-    return SearchAction(m.group(1), content)
+        return SearchAction("invalid", error=f"<{kind}> longer than {max_chars} chars")
+    return SearchAction(kind, content)
+
+
+def _first_tag(text: str) -> tuple[str, str] | None:
+    """The first ``<search>...</search>`` or ``<answer>...</answer>`` (what
+    ``re.search(r"<(search|answer)>(.*?)</\\1>", text, re.DOTALL)`` finds) in linear
+    time: the response is untrusted, and that regex is quadratic on unclosed tags.  An
+    opening with no closing tag of its kind after it means no later opening of that kind
+    has one either, so each kind is dropped after its first failure."""
+    nxt = {t: text.find(f"<{t}>") for t in _TAGS}
+    last_close = {t: text.rfind(f"</{t}>") for t in _TAGS}
+    while True:
+        live = [t for t in _TAGS if nxt[t] >= 0]
+        if not live:
+            return None
+        tag = min(live, key=lambda t: nxt[t])
+        start = nxt[tag] + len(tag) + 2
+        if last_close[tag] >= start:
+            return tag, text[start:text.find(f"</{tag}>", start)]
+        nxt[tag] = -1
 
 
 def format_contents(contents: Sequence[str]) -> str:

@@ -37,6 +37,9 @@ class TextWorldEnv(TextEnv):
 
     ``info`` carries privileged keys for credit modules only: ``admissible_commands``,
     ``progress`` (subgoal facts), ``state_key``, ``task_type``, ``won``.
+
+    Once an episode has terminated or been truncated, ``step`` raises until ``reset``
+    (as the other turngym envs do; stepping on would keep paying the win's reward).
     """
 
     def __init__(self, split: str = "train", max_steps: int = 50,
@@ -71,6 +74,8 @@ class TextWorldEnv(TextEnv):
     def step(self, action: str):
         if self.world is None:
             raise RuntimeError("call reset() before step()")
+        if self.world.state.won or self.world.state.steps >= self.max_steps:
+            raise RuntimeError("episode is over (terminated or truncated); call reset()")
         if not isinstance(action, str):
             action = str(action)
         feedback, valid = self.world.step(action[: self.max_action_length])

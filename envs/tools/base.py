@@ -7,6 +7,12 @@ counted in ``info["invalid_calls"]``).  A response with ``<answer> ... </answer>
 ends the episode and is scored by :meth:`score_answer`; a response with neither
 calls nor an answer is an invalid action.  ``max_turns`` truncates.
 
+Actions longer than ``max_action_length`` (16,384 characters, what ``action_space``
+declares) are cut to that length *before* parsing, and the cut is marked: the
+observation starts with a note and ``info["action_truncated"]`` is True.  A call cut in
+half by it becomes the usual "cut off before </tool_call>" error.  Parsing itself is
+linear in the action's length.  Stepping a finished episode raises (call ``reset()``).
+
 The first observation carries the tool signatures (``<tools>...</tools>``), the
 env's instructions and the task, so any policy sees everything it needs as text.
 """
@@ -26,6 +32,7 @@ NO_ACTION = ("Invalid response: call a tool with <tool_call>{\"name\": ..., \"ar
 
 class ToolEnv(TextEnv):
     max_observation_length = 16384
+    max_action_length = 16384
     instructions = ""
 
     def __init__(self, max_turns: int = 8, max_calls_per_turn: int = 4,
@@ -71,8 +78,11 @@ class ToolEnv(TextEnv):
         if self.done:
             raise RuntimeError("episode is over; call reset()")
         self.turns += 1
-        parsed = parse_tool_calls(action if isinstance(action, str) else str(action),
-                                  self.max_calls)
+        text = action if isinstance(action, str) else str(action)
+        cut = len(text) > self.max_action_length
+        if cut:
+            text = text[: self.max_action_length]
+        parsed = parse_tool_calls(text, self.max_calls)
         responses, n_calls, n_invalid = [], 0, 0
         for c in parsed.calls:
             n_calls += 1
@@ -97,12 +107,16 @@ class ToolEnv(TextEnv):
             terminated = True
             extra["answered"] = True
         obs = "\n".join(responses) if responses else ("" if terminated else NO_ACTION)
+        if cut:
+            obs = (f"Note: the response was longer than {self.max_action_length} characters; "
+                   f"only the first {self.max_action_length} were read.\n{obs}").rstrip("\n")
         valid = bool(parsed.calls) or terminated
         truncated = not terminated and self.turns >= self.max_turns
         self.done = terminated or truncated
         obs = sanitize(obs, self.max_observation_length)
         self._last_obs = obs
         info = self._info(valid=valid and n_invalid == 0, calls=n_calls, invalid=n_invalid)
+        info["action_truncated"] = cut
         info.update(extra)
         info["won"] = bool(terminated and reward >= 1.0)
         return obs, float(reward), terminated, truncated, info
