@@ -99,13 +99,14 @@ class SandboxConfig:
     bwrap; under ``unsafe-inprocess`` it runs only when named explicitly.
     ``audit_hook``: keep the in-process guard as a second layer (bwrap only may turn it
     off; the kernel boundary does not depend on it).
-    ``warm``: sandboxes started ahead of time (0 starts each on demand).
+    ``warm``: sandboxes started ahead of time (0 starts each on demand; 4 measured best
+    on 2 cores, ``benchmarks/bench_tools.py``).
     """
 
     isolation: str = BWRAP
     user: str | int | None = None
     audit_hook: bool = True
-    warm: int = 2
+    warm: int = 4
 
     def __post_init__(self):
         if self.isolation not in ISOLATION_MODES:
