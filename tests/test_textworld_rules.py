@@ -148,3 +148,57 @@ def test_oracle_solves_all_500_tasks_per_split():
             w = World(sample_task(CFG, split, i))
             actions = solve(w, max_steps=50)
             assert w.state.won, (split, i, w.task.task_type, actions)
+
+
+# ALFWorld rules found by the differential check against ALFWorld's own engine
+# (tests/test_alfworld_diff.py plays the same sequences there when alfworld is installed)
+def test_receptacles_take_only_what_alfred_says_they_contain():
+    w = _kitchen_task("pick_and_place", placements=(("apple 1", "diningtable 1"),
+                                                    ("mug 1", "diningtable 1")))
+    w.step("go to diningtable 1")
+    w.step("take apple 1 from diningtable 1")
+    w.step("go to cabinet 1")
+    w.step("open cabinet 1")
+    assert "move apple 1 to cabinet 1" not in w.admissible()
+    assert w.step("move apple 1 to cabinet 1") == (NOTHING, False)  # no apples in cabinets
+    w.step("go to fridge 1")
+    w.step("open fridge 1")
+    assert w.step("move apple 1 to fridge 1") == ("You move the apple 1 to the fridge 1.", True)
+
+
+def test_only_transformable_objects_transform_and_examine_says_so():
+    w = _kitchen_task("pick_cool_then_place", target="lettuce",
+                      placements=(("lettuce 1", "diningtable 1"),))
+    w.step("go to diningtable 1")
+    w.step("take lettuce 1 from diningtable 1")
+    w.step("go to microwave 1")
+    assert w.step("heat lettuce 1 with microwave 1") == (NOTHING, False)
+    assert w.admissible() == sorted(w.admissible()) and "help" in w.admissible()
+    w.step("go to fridge 1")
+    w.step("cool lettuce 1 with fridge 1")
+    assert w.step("examine lettuce 1") == ("This is a cold lettuce 1.", True)
+
+
+def test_pick_two_counts_one_receptacle_and_lists_run_high_to_low():
+    lay = Layout(0, "kitchen", ("countertop 1", "countertop 2", "diningtable 1"))
+    w = World(Task("t", "train", lay, "pick_two_obj_and_place", "mug", "countertop",
+                   (("mug 1", "diningtable 1"), ("mug 2", "diningtable 1")), "goal", None,
+                   extra={"state_word": None}))
+    assert w.step("go to diningtable 1")[0] == ("You arrive at diningtable 1. On the "
+                                                "diningtable 1, you see a mug 2, and a mug 1.")
+    for a in ["take mug 1 from diningtable 1", "go to countertop 1", "move mug 1 to countertop 1",
+              "go to diningtable 1", "take mug 2 from diningtable 1", "go to countertop 2",
+              "move mug 2 to countertop 2"]:
+        w.step(a)
+    assert not w.state.won  # one mug on each countertop
+    assert solve(w) and w.state.won  # the oracle gathers both on one
+
+
+def test_laundryhamper_is_open_and_help_is_a_command():
+    lay = Layout(0, "bedroom", ("bed 1", "laundryhamper 1"))
+    w = World(Task("t", "train", lay, "pick_and_place", "book", "bed",
+                   (("book 1", "laundryhamper 1"),), "goal", None, extra={"state_word": None}))
+    assert w.step("go to laundryhamper 1")[0] == ("You arrive at laundryhamper 1. On the "
+                                                   "laundryhamper 1, you see a book 1.")
+    out, ok = w.step("help")
+    assert ok and out.startswith("Available commands:\n  look:")

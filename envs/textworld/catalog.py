@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # receptacle type -> openable?
 RECEPTACLES: dict[str, bool] = {
     "cabinet": True, "drawer": True, "fridge": True, "microwave": True, "safe": True,
-    "laundryhamper": True, "countertop": False, "diningtable": False, "shelf": False,
+    "laundryhamper": False, "countertop": False, "diningtable": False, "shelf": False,
     "sinkbasin": False, "stoveburner": False, "garbagecan": False, "coffeemachine": False,
     "toaster": False, "sofa": False, "armchair": False, "coffeetable": False,
     "sidetable": False, "tvstand": False, "dresser": False, "bed": False, "desk": False,
@@ -22,6 +22,106 @@ RECEPTACLES: dict[str, bool] = {
 # appliance used by each transforming task
 APPLIANCE = {"heat": "microwave", "cool": "fridge", "clean": "sinkbasin"}
 LAMP = "desklamp"
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# ALFRED's object tables (``alfworld.gen.constants``: VAL_RECEPTACLE_OBJECTS,
+# VAL_ACTION_OBJECTS, MOVABLE_RECEPTACLES) restricted to the types this world uses;
+# ALFWorld's PDDL domain reads them as ``canContain``, ``heatable``/``coolable``/
+# ``cleanable`` and ``isReceptacleObject``.  ``tests/test_alfworld_diff.py`` checks them
+# against the alfworld package itself.
+# receptacle type -> object types a "move ... to" may put there
+CAN_CONTAIN: dict[str, frozenset[str]] = {
+    "cabinet": _words(
+        "book bowl box candle cd cloth cup dishsponge mug newspaper pan "
+        "peppershaker plate plunger pot saltshaker soapbar soapbottle "
+        "spraybottle toiletpaper vase"),
+    "drawer": _words(
+        "book butterknife candle cd cellphone cloth creditcard dishsponge fork "
+        "keychain knife newspaper pen pencil peppershaker remotecontrol "
+        "saltshaker soapbar soapbottle spatula spoon spraybottle toiletpaper "
+        "watch"),
+    "fridge": _words("apple bowl bread cup egg lettuce mug pan plate pot potato tomato"),
+    "microwave": _words("apple bowl bread cup egg mug plate potato tomato"),
+    "safe": _words("cd cellphone creditcard keychain statue vase watch"),
+    "laundryhamper": _words("cloth"),
+    "countertop": _words(
+        "alarmclock apple book bowl box bread butterknife candle cd cellphone "
+        "cloth creditcard cup dishsponge egg fork keychain knife laptop lettuce "
+        "mug newspaper pan pen pencil peppershaker plate pot potato "
+        "remotecontrol saltshaker soapbar soapbottle spatula spoon spraybottle "
+        "statue toiletpaper tomato vase watch"),
+    "diningtable": _words(
+        "alarmclock apple book bowl box bread butterknife candle cd cellphone "
+        "cloth creditcard cup dishsponge egg fork keychain knife laptop lettuce "
+        "mug newspaper pan pen pencil peppershaker plate pot potato "
+        "remotecontrol saltshaker soapbar soapbottle spatula spoon spraybottle "
+        "statue toiletpaper tomato vase watch"),
+    "shelf": _words(
+        "alarmclock book bowl box candle cd cellphone cloth creditcard cup "
+        "dishsponge keychain mug newspaper pen pencil peppershaker plate pot "
+        "remotecontrol saltshaker soapbar soapbottle spraybottle statue "
+        "toiletpaper vase watch"),
+    "sinkbasin": _words(
+        "apple bowl butterknife cloth cup dishsponge egg fork knife lettuce mug "
+        "pan plate pot potato soapbar spatula spoon tomato"),
+    "stoveburner": _words("pan pot"),
+    "garbagecan": _words(
+        "apple bread cd cloth dishsponge egg lettuce newspaper pen pencil "
+        "potato soapbar soapbottle spraybottle toiletpaper tomato"),
+    "coffeemachine": _words("mug"),
+    "toaster": _words(""),
+    "sofa": _words(
+        "book box cellphone cloth creditcard keychain laptop newspaper pillow "
+        "remotecontrol"),
+    "armchair": _words(
+        "book box cellphone cloth creditcard keychain laptop newspaper pillow "
+        "remotecontrol"),
+    "coffeetable": _words(
+        "alarmclock apple book bowl box bread butterknife candle cd cellphone "
+        "cloth creditcard cup dishsponge egg fork keychain knife laptop lettuce "
+        "mug newspaper pan pen pencil peppershaker plate pot potato "
+        "remotecontrol saltshaker soapbar soapbottle spatula spoon spraybottle "
+        "statue toiletpaper tomato vase watch"),
+    "sidetable": _words(
+        "alarmclock apple book bowl box bread butterknife candle cd cellphone "
+        "cloth creditcard cup dishsponge egg fork keychain knife laptop lettuce "
+        "mug newspaper pan pen pencil peppershaker plate pot potato "
+        "remotecontrol saltshaker soapbar soapbottle spatula spoon spraybottle "
+        "statue toiletpaper tomato vase watch"),
+    "tvstand": _words(""),
+    "dresser": _words(
+        "alarmclock book bowl box candle cd cellphone cloth creditcard cup "
+        "keychain laptop mug newspaper pen pencil plate remotecontrol "
+        "spraybottle statue toiletpaper vase watch"),
+    "bed": _words("book cellphone laptop newspaper pillow"),
+    "desk": _words(
+        "alarmclock book bowl box candle cd cellphone cloth creditcard cup "
+        "keychain laptop mug newspaper pen pencil plate remotecontrol "
+        "soapbottle spraybottle statue toiletpaper vase watch"),
+    "toilet": _words(
+        "candle cloth dishsponge newspaper soapbar soapbottle spraybottle "
+        "toiletpaper"),
+    "bathtubbasin": _words("cloth dishsponge soapbar"),
+    "towelholder": _words(""),
+    "handtowelholder": _words(""),
+    "toiletpaperhanger": _words("toiletpaper"),
+}
+# transform verb -> object types it applies to
+TRANSFORMABLE: dict[str, frozenset[str]] = {
+    "heat": _words("apple bread cup egg mug plate potato tomato"),
+    "cool": _words("apple bowl bread cup egg lettuce mug pan plate pot potato tomato"),
+    "clean": _words("apple bowl butterknife cloth cup dishsponge egg fork knife lettuce mug "
+                    "pan plate pot potato soapbar spatula spoon tomato"),
+}
+# objects that are receptacles themselves ("This is a normal mug 1. In it, you see ...")
+RECEPTACLE_OBJECTS = _words("bowl box cup mug pan plate pot")
+# ALFWorld's SliceObject: a sliceable object sliced with a knife the agent holds
+SLICEABLE = _words("apple bread egg lettuce potato tomato")
+SLICERS = _words("butterknife knife")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,13 @@
 """Rules of the household world: state, command grammar, feedback strings.
 
-Pure Python, no gymnasium and no tokens: the env wraps this.  Feedback strings
-follow ALFWorld ("You arrive at ...", "Nothing happens." for anything invalid).
+Pure Python, no gymnasium and no tokens: the env wraps this.  Rules and feedback
+strings follow ALFWorld's PDDL domain and text grammar ("You arrive at ...", "Nothing
+happens." for anything invalid), checked against ALFWorld's own engine by
+``tests/test_alfworld_diff.py``: what a receptacle can contain, which objects heat, cool,
+clean and slice, both objects of a pick-two task in one receptacle, ALFWorld's
+``examine`` and ``help`` texts, lists in ALFWorld's order (by type, highest number first)
+and admissible commands sorted.  Where we are more lenient than ALFWorld (synonyms such
+as ``put X on Y``, case and spacing) is documented in ``docs/game_engines.md``.
 """
 
 from __future__ import annotations
@@ -10,11 +16,30 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from .catalog import APPLIANCE, LAMP, RECEPTACLES, STATE_WORD
+from .catalog import (
+    APPLIANCE, CAN_CONTAIN, LAMP, RECEPTACLE_OBJECTS, RECEPTACLES, SLICEABLE, SLICERS,
+    STATE_WORD, TRANSFORMABLE,
+)
 from .generator import Task, rtype
 
 NOTHING = "Nothing happens."
 WELCOME = "-= Welcome to TextWorld, ALFRED! =-"
+HELP = (
+    "Available commands:\n"
+    "  look:                             look around your current location\n"
+    "  inventory:                        check your current inventory\n"
+    "  go to (receptacle):               move to a receptacle\n"
+    "  open (receptacle):                open a receptacle\n"
+    "  close (receptacle):               close a receptacle\n"
+    "  take (object) from (receptacle):  take an object from a receptacle\n"
+    "  move (object) to (receptacle):  place an object in or on a receptacle\n"
+    "  examine (something):              examine a receptacle or an object\n"
+    "  use (object):                     use an object\n"
+    "  heat (object) with (receptacle):  heat an object using a receptacle\n"
+    "  clean (object) with (receptacle): clean an object using a receptacle\n"
+    "  cool (object) with (receptacle):  cool an object using a receptacle\n"
+    "  slice (object) with (object):     slice an object using a sharp object\n"
+)
 
 _WS = re.compile(r"\s+")
 _GRAMMAR: tuple[tuple[str, re.Pattern], ...] = tuple(
@@ -26,10 +51,12 @@ _GRAMMAR: tuple[tuple[str, re.Pattern], ...] = tuple(
         ("take", r"^(?:take|pick up|get) (?P<o>.+?) from (?P<r>.+)$"),
         ("put", r"^(?:move|put|place) (?P<o>.+?) (?:to|in|on|into|onto|in/on) (?P<r>.+)$"),
         ("transform", r"^(?P<verb>heat|cool|clean) (?P<o>.+?) with (?P<r>.+)$"),
+        ("slice", r"^slice (?P<o>.+?) with (?P<k>.+)$"),
         ("use", r"^(?:use|toggle|turn on) (?P<o>.+)$"),
         ("examine", r"^(?:examine|look at) (?P<o>.+)$"),
         ("inventory", r"^(?:inventory|inv|i)$"),
         ("look", r"^(?:look|l)$"),
+        ("help", r"^help$"),
     )
 )
 
@@ -39,10 +66,21 @@ def normalize_command(text: str) -> str:
     return text.rstrip(".!").strip()
 
 
+def display_order(names) -> list[str]:
+    """ALFWorld's list order: by type, then the highest instance number first
+    ("a cabinet 2, a cabinet 1, a countertop 1")."""
+    return sorted(names, key=lambda n: (rtype(n), -int(n.rsplit(" ", 1)[1])))
+
+
+def can_contain(rec: str, obj: str) -> bool:
+    """ALFWorld's ``canContain``: may ``obj`` be put into / onto ``rec``?"""
+    return rtype(obj) in CAN_CONTAIN[rtype(rec)]
+
+
 def _listing(items: list[str]) -> str:
     if not items:
         return "nothing"
-    parts = [f"a {x}" for x in items]
+    parts = [f"a {x}" for x in display_order(items)]
     if len(parts) == 1:
         return parts[0]
     return ", ".join(parts[:-1]) + ", and " + parts[-1]
@@ -56,14 +94,14 @@ class WorldState:
     holding: str | None
     contents: dict[str, list[str]]
     opened: set[str]
-    props: dict[str, set[str]]  # object -> {"hot", "cool", "clean"}
+    props: dict[str, set[str]]  # object -> {"hot", "cool", "clean", "sliced"}
     lamps_on: set[str]
     explored: set[str]  # receptacles whose contents the agent has seen
     steps: int = 0
     won: bool = False
     history: list[str] = field(default_factory=list)
 
-    def copy(self) -> "WorldState":
+    def copy(self) -> WorldState:
         return WorldState(
             self.location, self.holding, {k: list(v) for k, v in self.contents.items()},
             set(self.opened), {k: set(v) for k, v in self.props.items()}, set(self.lamps_on),
@@ -168,6 +206,8 @@ class World:
         s = self.state
         if s.holding != o or r != s.location or not self.visible(r):
             return None
+        if not can_contain(r, o):
+            return None
         s.contents[r].append(o)
         s.contents[r].sort()
         s.holding = None
@@ -177,6 +217,8 @@ class World:
         s = self.state
         if s.holding != o or r != s.location or rtype(r) != APPLIANCE[verb]:
             return None
+        if rtype(o) not in TRANSFORMABLE[verb]:
+            return None
         word = STATE_WORD[verb]
         props = s.props.setdefault(o, set())
         props.add(word)
@@ -185,6 +227,17 @@ class World:
         elif word == "cool":
             props.discard("hot")
         return f"You {verb} the {o} using the {r}."
+
+    def _do_slice(self, o: str, k: str) -> str | None:
+        # ALFWorld's SliceObject: holding a knife, the object anywhere at the agent's
+        # receptacle (its domain asks objectAtLocation, so a closed one does not hide it)
+        s = self.state
+        if s.holding != k or rtype(k) not in SLICERS or rtype(o) not in SLICEABLE:
+            return None
+        if s.location is None or o not in s.contents[s.location]:
+            return None
+        s.props.setdefault(o, set()).add("sliced")
+        return f"You sliced the {o} with the {k}."
 
     def _do_use(self, o: str) -> str | None:
         s = self.state
@@ -199,14 +252,44 @@ class World:
             if o != s.location:
                 return None
             return self.describe(o)
-        if s.holding == o or (s.location and self.visible(s.location)
-                              and o in s.contents[s.location]):
-            return f"There's nothing special about {o}."
+        # ALFWorld's examineObject admits only the held object: the branch of its
+        # precondition for objects in the receptacle at hand never grounds
+        if s.holding == o:
+            return self.describe_object(o)
         return None
+
+    def describe_object(self, o: str) -> str:
+        """ALFWorld's ``examineObject`` feedback, its conditions tried in its order."""
+        if rtype(o) in RECEPTACLE_OBJECTS:
+            return f"This is a normal {o}. In it, you see nothing."
+        p = self.state.props.get(o, set())
+        hot, cool, clean, sliced = ("hot" in p), ("cool" in p), ("clean" in p), ("sliced" in p)
+        if clean and (hot or cool) and sliced:
+            return f"This is a {'hot' if hot else 'cool'} and clean sliced {o}."
+        if clean and sliced:
+            return f"This is a clean sliced {o}."
+        if (hot or cool) and sliced:
+            return f"This is a {'hot' if hot else 'cool'} sliced {o}."
+        if clean and (hot or cool):
+            return f"This is a {'hot' if hot else 'cool'} and clean {o}."
+        if hot:
+            return f"This is a hot {o}."
+        if clean:
+            return f"This is a clean {o}."
+        if cool:
+            return f"This is a cold {o}."
+        if rtype(o) == LAMP:
+            return f"This {o} is {'on' if o in self.state.lamps_on else 'off'}."
+        if sliced:
+            return f"This is a sliced {o}."
+        return f"There's nothing special about {o}."
 
     def _do_inventory(self) -> str:
         h = self.state.holding
         return f"You are carrying: a {h}." if h else "You are not carrying anything."
+
+    def _do_help(self) -> str:
+        return HELP
 
     def _do_look(self) -> str:
         loc = self.state.location
@@ -220,14 +303,20 @@ class World:
         word = self.task.extra.get("state_word")
         return word is None or word in self.state.props.get(obj, ())
 
+    def placed_in(self, rec: str) -> int:
+        """Goal objects (target type, required property) in receptacle ``rec``."""
+        return sum(1 for o in self.state.contents[rec]
+                   if rtype(o) == self.task.target and self._has_props(o))
+
     def placed_count(self) -> int:
+        """The most goal objects in ONE receptacle of the destination type (ALFWorld's
+        goals quantify over a single receptacle: both objects of a pick-two task must
+        share it)."""
         t = self.task
         if t.dest is None:
             return 0
-        return sum(
-            1 for r in self.receptacles if rtype(r) == t.dest
-            for o in self.state.contents[r] if rtype(o) == t.target and self._has_props(o)
-        )
+        return max((self.placed_in(r) for r in self.receptacles if rtype(r) == t.dest),
+                   default=0)
 
     def _check_goal(self) -> None:
         t, s = self.task, self.state
@@ -242,27 +331,30 @@ class World:
     def admissible(self) -> list[str]:
         """All commands that would be valid now (ALFWorld's admissible_commands)."""
         s = self.state
+        held = s.holding
         out = [f"go to {r}" for r in self.receptacles if r != s.location]
         loc = s.location
         if loc is not None:
+            here = s.contents[loc]
             if loc in self.openable:
                 out.append(f"close {loc}" if loc in s.opened else f"open {loc}")
-            vis = self.visible(loc)
-            if vis:
-                if s.holding is None:
-                    out += [f"take {o} from {loc}" for o in s.contents[loc] if rtype(o) != LAMP]
-                else:
-                    out.append(f"move {s.holding} to {loc}")
-                out += [f"use {o}" for o in s.contents[loc] if rtype(o) == LAMP]
-            if s.holding is not None:
+            if self.visible(loc):
+                if held is None:
+                    out += [f"take {o} from {loc}" for o in here if rtype(o) != LAMP]
+                elif can_contain(loc, held):
+                    out.append(f"move {held} to {loc}")
+            out += [f"use {o}" for o in here if rtype(o) == LAMP]
+            if held is not None:
                 for verb, app in APPLIANCE.items():
-                    if rtype(loc) == app:
-                        out.append(f"{verb} {s.holding} with {loc}")
+                    if rtype(loc) == app and rtype(held) in TRANSFORMABLE[verb]:
+                        out.append(f"{verb} {held} with {loc}")
+                if rtype(held) in SLICERS:
+                    out += [f"slice {o} with {held}" for o in here if rtype(o) in SLICEABLE]
             out.append(f"examine {loc}")
-        if s.holding is not None:
-            out.append(f"examine {s.holding}")
-        out += ["inventory", "look"]
-        return out
+        if held is not None:
+            out.append(f"examine {held}")
+        out += ["help", "inventory", "look"]
+        return sorted(set(out))
 
     def progress(self) -> tuple[str, ...]:
         """Privileged subgoal facts reached so far (for credit modules, never shown)."""

@@ -5,6 +5,11 @@ objects into a layout and states a goal.  Splits follow ALFWorld: ``train`` and
 ``valid_seen`` draw from the same pool of layouts, ``valid_unseen`` from layouts
 never used in training.  Everything is a pure function of (config, split, index),
 so a task id is enough to rebuild a task anywhere.
+
+Every task is one ALFWorld could pose: the target can take the task's transform
+(ALFRED's heatable / coolable / cleanable tables) and the destination type can contain
+it (ALFRED's ``canContain``).  Draws that break this are rejected and redrawn, so a task
+that already satisfied it keeps exactly the draws (and text) it had before the check.
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .catalog import (
-    APPLIANCE, GOAL_TEMPLATES, LAMP, RECEPTACLES, ROOMS, STATE_WORD, TASK_TRANSFORM,
-    TASK_TYPES, RoomSpec,
+    APPLIANCE, CAN_CONTAIN, GOAL_TEMPLATES, LAMP, RECEPTACLES, ROOMS, STATE_WORD,
+    TASK_TRANSFORM, TASK_TYPES, TRANSFORMABLE, RoomSpec,
 )
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -155,11 +160,12 @@ def sample_task(cfg: WorldConfig, split: str, index: int) -> Task:
     for _ in range(1000):
         lay = pool[rng.randrange(len(pool))]
         room = ROOMS[lay.room]
-        if _feasible(task_type, room, lay):
-            break
-    else:  # pragma: no cover - guarded by config validation of rooms
-        raise RuntimeError(f"no layout in {split} supports {task_type}")
-    return _place(cfg, rng, split, index, lay, room, task_type)
+        if not _feasible(task_type, room, lay):
+            continue
+        task = _place(cfg, rng, split, index, lay, room, task_type)
+        if task is not None:
+            return task
+    raise RuntimeError(f"no layout in {split} supports {task_type}")
 
 
 def _candidates(room: RoomSpec, task_type: str) -> tuple[str, ...]:
@@ -174,20 +180,37 @@ def _candidates(room: RoomSpec, task_type: str) -> tuple[str, ...]:
 
 
 def _place(cfg: WorldConfig, rng: random.Random, split: str, index: int, lay: Layout,
-           room: RoomSpec, task_type: str) -> Task:
-    target = rng.choice(_candidates(room, task_type))
+           room: RoomSpec, task_type: str) -> Task | None:
+    """Objects and goal of one task in ``lay``; None if no (target, destination) pair
+    of this layout makes an ALFWorld-valid task of ``task_type``."""
     storage = [r for r in lay.receptacles if rtype(r) in room.storage]
     transform = TASK_TRANSFORM.get(task_type)
+    candidates = _candidates(room, task_type)
+    dest_types = sorted({rtype(r) for r in storage}
+                        - ({APPLIANCE[transform]} if transform else set()))
     dest: str | None = None
     lamp: str | None = None
-    if task_type == "look_at_obj_in_light":
-        lamp_recs = [r for r in lay.receptacles if rtype(r) in room.lamp_on]
-        lamp_at = rng.choice(lamp_recs)
-        lamp = f"{LAMP} 1"
+    for _ in range(64):
+        target = rng.choice(candidates)
+        if transform is not None and target not in TRANSFORMABLE[transform]:
+            continue
+        if task_type == "look_at_obj_in_light":
+            lamp_recs = [r for r in lay.receptacles if rtype(r) in room.lamp_on]
+            lamp_at = rng.choice(lamp_recs)
+            lamp = f"{LAMP} 1"
+            break
+        fits = [d for d in dest_types if target in CAN_CONTAIN[d]]
+        if not fits:
+            continue
+        for _ in range(64):
+            dest = rng.choice(dest_types)
+            if dest in fits:
+                break
+        else:
+            dest = rng.choice(fits)
+        break
     else:
-        dest_types = sorted({rtype(r) for r in storage}
-                            - ({APPLIANCE[transform]} if transform else set()))
-        dest = rng.choice(dest_types)
+        return None
     sources = [r for r in storage if dest is None or rtype(r) != dest] or storage
     n_target = 2 if task_type == "pick_two_obj_and_place" else 1
     n_target += rng.randint(0, 1)

@@ -1,8 +1,8 @@
 """Oracle planner: a state-based expert that solves every task.
 
-It behaves like a fair explorer — receptacles are searched in the order the
-room description lists them, and only contents the agent has already seen are
-used — so its demonstrations are learnable from observations alone.  Being a
+It behaves like a fair explorer — receptacles are searched in name order
+(``cabinet 1`` before ``cabinet 2``), and only contents the agent has already seen
+are used — so its demonstrations are learnable from observations alone.  Being a
 function of the current state (not a fixed plan) it recovers from any detour,
 which is what makes *noisy* demonstrations (random actions mixed in) possible.
 """
@@ -12,13 +12,27 @@ from __future__ import annotations
 import random
 
 from .catalog import APPLIANCE
-from .engine import World
+from .engine import World, can_contain
 from .generator import rtype
+
+
+def goal_receptacle(world: World) -> str | None:
+    """Where goal objects go: for a pick-two task the destination that already holds
+    the most of them (both must share one receptacle), else the one the agent stands
+    at, else the first of the destination type."""
+    t, s = world.task, world.state
+    if t.dest is None:
+        return None
+    dests = t.layout.of_type(t.dest)
+    best = max(dests, key=world.placed_in)
+    if t.required_count > 1 and world.placed_in(best) > 0:
+        return best
+    return s.location if s.location in dests else dests[0]
 
 
 def next_action(world: World) -> str:
     t, s = world.task, world.state
-    target, dest = t.target, t.dest
+    target = t.target
     holding = s.holding
     loc = s.location
     word = t.extra.get("state_word")
@@ -30,14 +44,19 @@ def next_action(world: World) -> str:
             return f"open {rec}"
         return then
 
-    def done_obj(o: str, r: str) -> bool:  # already counts for the goal
-        return dest is not None and rtype(r) == dest and world._has_props(o)
+    goal_rec = goal_receptacle(world)
 
-    # 1. holding something useless: put it down here (or open here first)
+    def done_obj(o: str, r: str) -> bool:  # already counts for the goal
+        return r == goal_rec and world._has_props(o)
+
+    # 1. holding something useless: put it down here (or open here first), or at the
+    #    first receptacle that can contain it
     if holding is not None and rtype(holding) != target:
-        if loc is None:  # cannot happen (take needs a location) but stay safe
-            return f"go to {world.receptacles[0]}"
-        return goto_or(loc, f"move {holding} to {loc}")
+        fits = [r for r in world.receptacles if can_contain(r, holding)]
+        if not fits:  # nowhere in this room takes it: the task is lost
+            return "look"
+        rec = loc if loc in fits else fits[0]
+        return goto_or(rec, f"move {holding} to {rec}")
 
     if holding is not None:
         if word and word not in s.props.get(holding, ()):
@@ -52,9 +71,7 @@ def next_action(world: World) -> str:
             if loc != lamp_at:
                 return f"go to {lamp_at}"
             return f"use {t.lamp}"
-        dests = t.layout.of_type(dest)
-        rec = next((d for d in dests if d == loc), dests[0])
-        return goto_or(rec, f"move {holding} to {rec}")
+        return goto_or(goal_rec, f"move {holding} to {goal_rec}")
 
     # 2. need a target object: use what was seen, else explore in listed order
     for r in world.receptacles:
