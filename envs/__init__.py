@@ -16,6 +16,18 @@ ENV_SPECS: dict[str, dict] = {
         "max_episode_steps": 50,
         "description": "ALFWorld-like household tasks (6 task types, seen/unseen layouts)",
     },
+    "turngym/TextWorldGame-v0": {
+        "entry_point": "turngym.envs.textworld_game.env:TextWorldGameEnv",
+        "max_episode_steps": None,  # the env's own max_turns truncates
+        "description": "any TextWorld game (tw-make .z8/.ulx, or a directory as a split); "
+                       "extra [textworld]",
+    },
+    "turngym/ALFWorld-v0": {
+        "entry_point": "turngym.envs.alfworld.env:ALFWorldEnv",
+        "max_episode_steps": None,
+        "description": "ALFWorld's own text engine over $ALFWORLD_DATA (train / valid_seen / "
+                       "valid_unseen); extra [alfworld]",
+    },
     "turngym/SearchQA-v0": {
         "entry_point": "turngym.envs.search.env:SearchQAEnv",
         "max_episode_steps": None,  # the env's own max_turns truncates
