@@ -5,6 +5,7 @@ grammar and wrappers from the installed ``alfworld`` wheel) on games written fro
 tasks; nothing here is a stand-in.  Needs ``pip install 'turngym[alfworld]'``.
 """
 
+import json
 import time
 
 import gymnasium as gym
@@ -299,6 +300,9 @@ def test_alfworld_env_expert_plans_off_the_walkthrough(alf_data):
     root, tasks = alf_data
     env = ALFWorldEnv(data_dir=root, split="train")
     env.reset(seed=0)
+    env.step("fly away")  # changes nothing in a PDDL world: still on the walkthrough
+    walkthrough = json.loads(env.game_files[0].read_text())["walkthrough"]
+    assert env.oracle_action() == walkthrough[0]
     for a in ["help", "inventory", "look"]:  # off the walkthrough: ALFWorld's planner
         env.step(a)
     seen_progress = set()

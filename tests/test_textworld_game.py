@@ -55,6 +55,9 @@ def test_reset_is_deterministic_and_info_is_complete(simple_game):
     assert "open antique trunk" in info["admissible_commands"]
     assert env.observation_space.contains(obs) and info["state_key"] not in obs
     assert "-= Bedroom =-" in obs and not obs.rstrip().endswith(">")  # prompt line removed
+    assert obs.startswith("Hey, thanks for coming over") and "$$" not in obs  # title art
+    raw, _ = TextWorldGameEnv(games=simple_game, strip_banner=False).reset(seed=0)
+    assert "$$$$" in raw and raw.endswith(obs)
 
 
 def test_walkthrough_wins_and_score_reward_sums_to_one(simple_game):
@@ -145,6 +148,9 @@ def test_bad_game_sources_are_clear_errors(tmp_path, simple_game):
         TextWorldGameEnv()
     with pytest.raises(ValueError, match="reward"):
         TextWorldGameEnv(games=simple_game, reward="points")
+    shutil.copy(simple_game.with_suffix(".json"), lone / "g.json")
+    with pytest.warns(UserWarning, match="same games as every other split"):
+        TextWorldGameEnv(games=lone, split="valid")
 
 
 @pytest.mark.slow

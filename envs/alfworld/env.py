@@ -123,6 +123,7 @@ class ALFWorldEnv(GameEnv):
     fallback_action = "look"
     default_task_type = "alfworld"
     plan_from_reset = False  # a planner: ask it for the current state only
+    inadmissible_is_noop = True  # PDDL: a command not in the list changes nothing
 
     def __init__(self, data_dir: str | os.PathLike | None = None, split: str = "train",
                  max_turns: int = 50, task_types: Sequence[int | str] | None = None,

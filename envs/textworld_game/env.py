@@ -54,6 +54,7 @@ CHAIN_REFUSED = "One command per turn: that command names several actions or obj
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _SPACES = re.compile(r" {2,}")
+_BANNER = re.compile(r"[^A-Za-z]*")  # a line of the title art: no letters
 _PROMPT = re.compile(r"\n*>[^\n]*\Z")  # Inform's prompt and status line after the feedback
 _TASK_TYPE = re.compile(r"^(tw-(?:simple|cooking|coin_collector|treasure_hunter)-.+)-\w+$")
 
@@ -110,6 +111,16 @@ def clean_command(text: str) -> str:
     return _SPACES.sub(" ", text).strip()[:MAX_COMMAND_CHARS]
 
 
+def strip_banner(text: str) -> str:
+    """Drops the ASCII-art title TextWorld games print before the objective (its leading
+    lines without a letter): a thousand characters that carry no information."""
+    lines = text.split("\n")
+    k = 0
+    while k < len(lines) and _BANNER.fullmatch(lines[k]):
+        k += 1
+    return "\n".join(lines[k:]).lstrip("\n") if k else text
+
+
 def clean_feedback(text: str) -> str:
     """The game's answer without Inform's trailing prompt/status line and blank edges."""
     return _PROMPT.sub("", text or "").strip("\n").rstrip()
@@ -133,6 +144,9 @@ class GameEnv(TextEnv):
     # the engine must track the winning policy from the reset on (TextWorld's quest
     # tracking) rather than compute it for one state (a planner, as ALFWorld's)
     plan_from_reset = True
+    # a command outside the admissible list leaves the state as it was (true of PDDL
+    # engines; an Inform game may accept a synonym), so it does not leave the walkthrough
+    inadmissible_is_noop = False
 
     def __init__(self, split: str = "train", max_turns: int = 50, reward: str = "won",
                  render_mode: str | None = None):
@@ -149,7 +163,8 @@ class GameEnv(TextEnv):
         self._loaded: Path | None = None
         self._state = None
         self._index: int | None = None
-        self._actions: list[str] = []
+        self._actions: list[str] = []  # every command the engine received
+        self._moves: list[str] = []  # those that may have changed the state
         self._walkthrough: list[str] | None = None
         self._planning = False
         self._steps = 0
@@ -221,14 +236,17 @@ class GameEnv(TextEnv):
         game = self.game_files[self._index]
         self._state = self._engine_reset(game)
         self._actions = []
+        self._moves = []
         self._steps = 0
         self._score = int(self._state.get("score") or 0)
         self._walkthrough = self._walkthrough_for(game, self._state)
-        obs = sanitize(self._observation(self._state.feedback), self.max_observation_length)
+        obs = sanitize(self._observation(self._state.feedback, first=True),
+                       self.max_observation_length)
         self._last_obs = obs
         return obs, self._info(valid=True)
 
-    def _observation(self, feedback: str) -> str:
+    def _observation(self, feedback: str, first: bool = False) -> str:
+        """The engine's feedback as the agent reads it (``first``: after a reset)."""
         return feedback
 
     def step(self, action: str):
@@ -244,6 +262,8 @@ class GameEnv(TextEnv):
             valid = command in admissible or command.lower() in admissible
             self._state, _, _ = self._engine.step(command)
             self._actions.append(command)
+            if valid or not self.inadmissible_is_noop:
+                self._moves.append(command)
             obs = self._observation(self._state.feedback)
         won, lost = bool(self._state.get("won")), bool(self._state.get("lost"))
         score = int(self._state.get("score") or 0)
@@ -288,9 +308,9 @@ class GameEnv(TextEnv):
         winning policy from the current state (requested from here on)."""
         if self._state is None:
             raise RuntimeError("call reset() first")
-        k = len(self._actions)
+        k = len(self._moves)
         wt = self._walkthrough
-        if not self._planning and wt and k < len(wt) and self._actions == wt[:k]:
+        if not self._planning and wt and k < len(wt) and self._moves == wt[:k]:
             return wt[k]
         if not self._planning:
             self._replan_here()
@@ -328,21 +348,29 @@ class TextWorldGameEnv(GameEnv):
     default_task_type = "custom"
 
     def __init__(self, games: Any = None, split: str = "train", max_turns: int = 100,
-                 reward: str = "won", render_mode: str | None = None):
+                 reward: str = "won", strip_banner: bool = True,
+                 render_mode: str | None = None):
         self.games = games
+        self.strip_banner = strip_banner
         super().__init__(split=split, max_turns=max_turns, reward=reward,
                          render_mode=render_mode)
 
     def _collect(self, split: str) -> list[Path]:
-        return collect_games(self.games, split)
+        games = self.games
+        if (split != "train" and isinstance(games, (str, Path)) and Path(games).is_dir()
+                and not (Path(games).expanduser() / split).is_dir()):
+            warnings.warn(f"{games} has no {split!r} sub-directory: split {split!r} plays the "
+                          "same games as every other split", stacklevel=3)
+        return collect_games(games, split)
 
     def _request_infos(self):
         infos = super()._request_infos()
         infos.extras = ["walkthrough", "uuid"]
         return infos
 
-    def _observation(self, feedback: str) -> str:
-        return clean_feedback(feedback)
+    def _observation(self, feedback: str, first: bool = False) -> str:
+        text = clean_feedback(feedback)
+        return strip_banner(text) if first and self.strip_banner else text
 
     def _filter_command(self, command: str, admissible: Sequence[str]) -> str | None:
         if command in admissible or command.lower() in admissible:
