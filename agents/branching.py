@@ -4,8 +4,10 @@ A *branch point* is (task seed, the env actions taken so far, the exact token
 context the policy saw).  The env is rebuilt by deterministic reset + replay of
 the actions through the same gymnasium wrapper stack (so step limits count the
 same), and the policy continues from the identical token prefix: tokens go in as
-they were sampled, nothing is re-tokenised.  Used by the credit-quality probe
-(Monte-Carlo values of states) and by branch-contrast credit.
+they were sampled, nothing is re-tokenised.  In window mode the point also carries
+the trajectory's history exchanges, from which the continuation builds its later
+windows exactly as the original rollout would have.  Used by the credit-quality
+probe (Monte-Carlo values of states) and by branch-contrast credit.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..types import Trajectory
+from ..types import ContextMode, Trajectory
 from .policy import Policy
 from .prompting import ChatPrompter
-from .rollout import EnvPool, RolloutConfig, _clean_info, _Episode, run_episodes, to_trajectory
+from .rollout import EnvPool, RolloutConfig, run_episodes, start_episode, to_trajectory
+from .transcript import Transcript
 
 
 @dataclass(frozen=True)
 class BranchPoint:
     task_seed: int
     actions: tuple[str, ...]
-    context: tuple[int, ...]  # token ids up to (excluding) the next response
+    context: tuple[int, ...]  # token ids up to (excluding) the next response token
     turn: int  # index of the next turn
     prior_reward: float = 0.0
     group_id: str = ""
@@ -31,32 +34,31 @@ class BranchPoint:
     # tokens of the interrupted response already in ``context`` (mid-response branch):
     # the env receives them + the continuation as one action
     response_prefix: tuple[int, ...] = ()
+    context_mode: ContextMode = ContextMode.FULL
+    history: tuple[tuple[int, ...], ...] = ()  # WINDOW: Trajectory.history[:turn + 1]
 
 
 def branch_point(traj: Trajectory, turn: int) -> BranchPoint:
     """The state trajectory ``traj`` was in just before its turn ``turn`` responded."""
+    return branch_point_at(traj, turn, 0)
+
+
+def branch_point_at(traj: Trajectory, turn: int, offset: int) -> BranchPoint:
+    """A branch inside turn ``turn``'s response: the policy keeps its first ``offset``
+    tokens and re-samples token ``offset`` and everything after it (``offset`` 0: the
+    whole turn is re-sampled)."""
     if not 0 <= turn < traj.num_turns:
         raise ValueError(f"turn {turn} outside a trajectory of {traj.num_turns} turns")
-    start = traj.response_spans()[turn][0]
+    resp = traj.turns[turn].response_ids
+    if not 0 <= offset < max(1, len(resp)):
+        raise ValueError(f"offset {offset} outside turn {turn}'s {len(resp)} response tokens")
+    prefix = tuple(resp[:offset])
     return BranchPoint(int(traj.info["task_seed"]),
                        tuple(t.action_text for t in traj.turns[:turn]),
-                       tuple(traj.token_ids()[:start]), turn,
+                       traj.context_before(turn) + prefix, turn,
                        float(sum(t.reward for t in traj.turns[:turn])),
-                       traj.group_id, traj.task_id)
-
-
-def branch_point_at(traj: Trajectory, position: int) -> BranchPoint:
-    """A branch *inside* a response: the context is ``token_ids()[:position]``, where
-    ``position`` indexes a response token of some turn; the policy re-samples that
-    token and everything after it."""
-    for t, (start, end) in enumerate(traj.response_spans()):
-        if start <= position < end:
-            bp = branch_point(traj, t)
-            ids = traj.token_ids()
-            return BranchPoint(bp.task_seed, bp.actions, tuple(ids[:position]), t,
-                               bp.prior_reward, bp.group_id, bp.task_id,
-                               tuple(ids[start:position]))
-    raise ValueError(f"token {position} is not a response token of the trajectory")
+                       traj.group_id, traj.task_id, prefix, traj.context_mode,
+                       traj.history[: turn + 1] if traj.windowed else ())
 
 
 def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
@@ -68,18 +70,21 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
     episodes = []
     try:
         for env, bp in zip(envs, points):
-            obs, info = env.reset(seed=bp.task_seed)
-            info0 = _clean_info(info, cfg.keep_admissible)
-            info0["first_observation"] = obs
+            if ContextMode(bp.context_mode) is not cfg.context_mode:
+                raise ValueError(f"branch point in {bp.context_mode} mode, rollout config in "
+                                 f"{cfg.context_mode} mode")
+            e = start_episode(env, bp.task_seed, bp.group_id, prompter, cfg)
             for a in bp.actions:
-                obs, _, term, trunc, info = env.step(a)
+                _, _, term, trunc, _ = env.step(a)
                 if term or trunc:
                     raise ValueError(f"replaying {len(bp.actions)} actions of task "
                                      f"{bp.task_seed} ended the episode early")
-            ctx = list(bp.context)
-            e = _Episode(env, bp.task_seed, bp.group_id, ctx, list(ctx),
-                         bp.task_id or str(info0.get("task_id", bp.task_seed)), info0=info0,
-                         start_turn=bp.turn, response_prefix=list(bp.response_prefix))
+            e.transcript = (Transcript.resume_full(prompter, bp.context)
+                            if cfg.context_mode is ContextMode.FULL else
+                            Transcript.resume_window(prompter, cfg.window_turns, bp.history,
+                                                     bp.context))
+            e.task_id = bp.task_id or e.task_id
+            e.start_turn, e.response_prefix = bp.turn, list(bp.response_prefix)
             e.total_reward = bp.prior_reward
             episodes.append(e)
         run_episodes(policy, prompter, episodes, cfg, progress)

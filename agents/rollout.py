@@ -14,11 +14,13 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 
-from ..types import StopReason, Trajectory, TrajectoryGroup, Turn
+from ..envs.base import BatchedSteps
+from ..types import ContextMode, StopReason, Trajectory, TrajectoryGroup, Turn
 from .observation import render_observation
 from .parsing import INVALID_FORMAT_MESSAGE, ParsedAction, get_parser
-from .policy import Policy, Sample, SamplingParams
+from .policy import Policy, Sample, SamplingParams, SupportsSessions
 from .prompting import ChatPrompter
+from .transcript import Transcript
 
 # info keys too bulky to keep on every turn
 _DROP_INFO = ("admissible_commands",)
@@ -37,21 +39,34 @@ class RolloutConfig:
     keep_admissible: bool = False
     show_admissible: bool = False  # append info["admissible_commands"] to what the agent sees
     action_parser: str = "action_tag"  # see agents.parsing.PARSERS
+    context_mode: ContextMode = ContextMode.FULL
+    window_turns: int = 4  # WINDOW mode: exchanges kept besides the task
 
     def __post_init__(self) -> None:
         get_parser(self.action_parser)  # fail early on an unknown name
+        object.__setattr__(self, "context_mode", ContextMode(self.context_mode))
+        if self.context_mode is ContextMode.WINDOW and self.window_turns < 1:
+            raise ValueError("window_turns must be >= 1 in window mode")
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.greedy)
 
 
+def clean_info(info: dict, keep_admissible: bool) -> dict:
+    """An env info as a Turn keeps it (bulky keys dropped unless asked for)."""
+    if keep_admissible:
+        return dict(info)
+    return {k: v for k, v in info.items() if k not in _DROP_INFO}
+
+
 @dataclass
-class _Episode:
+class Episode:
+    """One episode in flight: its env, its token context and the turns so far."""
+
     env: gym.Env
     task_seed: int
     group_id: str
-    context: list[int]
-    pending: list[int]
+    transcript: Transcript
     task_id: str = ""
     turns: list[Turn] = field(default_factory=list)
     done: bool = False
@@ -62,6 +77,18 @@ class _Episode:
     info0: dict = field(default_factory=dict)
     start_turn: int = 0  # > 0 for continuations resumed mid-episode (agents.branching)
     response_prefix: list = field(default_factory=list)  # mid-response branch: tokens so far
+
+
+def start_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter,
+                  cfg: RolloutConfig, options: dict | None = None) -> Episode:
+    """Resets ``env`` to task ``seed`` and opens the episode's transcript."""
+    obs, info = env.reset(seed=int(seed), options=options)
+    tr = Transcript(prompter, cfg.context_mode, cfg.window_turns, obs,
+                    render_observation(obs, info, cfg.show_admissible))
+    tid = str(info.get("task_id", f"seed-{seed}"))
+    info0 = clean_info(info, cfg.keep_admissible)
+    info0["first_observation"] = obs  # for judges; the agent saw it as tokens
+    return Episode(env, int(seed), group_id, tr, tid, info0=info0)
 
 
 class EnvPool:
@@ -81,12 +108,6 @@ class EnvPool:
         self._free.extend(envs)
 
 
-def _clean_info(info: dict, keep_admissible: bool) -> dict:
-    if keep_admissible:
-        return dict(info)
-    return {k: v for k, v in info.items() if k not in _DROP_INFO}
-
-
 def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: Sequence[int],
             group_size: int, cfg: RolloutConfig, policy_version: int = 0,
             reset_options: dict | None = None, progress: Callable[[int], None] | None = None
@@ -95,18 +116,14 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
     if group_size < 1:
         raise ValueError("group_size must be >= 1")
     envs = pool.take(len(task_seeds) * group_size)
-    episodes: list[_Episode] = []
-    for k, seed in enumerate(task_seeds):
-        for g in range(group_size):
-            env = envs[k * group_size + g]
-            obs, info = env.reset(seed=int(seed), options=reset_options)
-            ids = prompter.initial_ids(render_observation(obs, info, cfg.show_admissible))
-            tid = str(info.get("task_id", f"seed-{seed}"))
-            info0 = _clean_info(info, cfg.keep_admissible)
-            info0["first_observation"] = obs  # for judges; the agent saw it as tokens
-            episodes.append(_Episode(env, int(seed), f"{tid}#{k}", list(ids), list(ids), tid,
-                                     info0=info0))
     try:
+        episodes = []
+        for k, seed in enumerate(task_seeds):
+            for g in range(group_size):
+                e = start_episode(envs[k * group_size + g], seed, "", prompter, cfg,
+                                  reset_options)
+                e.group_id = f"{e.task_id}#{k}"
+                episodes.append(e)
         run_episodes(policy, prompter, episodes, cfg, progress)
     finally:
         pool.give(envs)
@@ -116,18 +133,22 @@ def rollout(policy: Policy, prompter: ChatPrompter, pool: EnvPool, task_seeds: S
     return [TrajectoryGroup(tuple(v), v[0].task_id) for v in groups.values()]
 
 
-def to_trajectory(e: _Episode, policy_version: int = 0) -> Trajectory:
+def to_trajectory(e: Episode, policy_version: int = 0) -> Trajectory:
+    tr = e.transcript
+    history = tr.history() if tr.mode is ContextMode.WINDOW else ()
     return Trajectory(tuple(e.turns), e.total_reward, e.success, e.stop, e.task_id,
-                      e.group_id, policy_version, {"task_seed": e.task_seed, **e.info0})
+                      e.group_id, policy_version, {"task_seed": e.task_seed, **e.info0},
+                      tr.mode, history)
 
 
-def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[_Episode],
+def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[Episode],
                  cfg: RolloutConfig, progress: Callable[[int], None] | None = None) -> None:
     """Advances every episode until it is done: one batched generate per turn."""
     params = cfg.sampling()
     parse = get_parser(cfg.action_parser)
-    # backends with a KV session only prefill each turn's new tokens
-    session = policy.open_session(len(episodes)) if hasattr(policy, "open_session") else None
+    # full history on a backend with KV sessions: a turn prefills only its new tokens
+    session = (policy.open_session(len(episodes)) if cfg.context_mode is ContextMode.FULL
+               and isinstance(policy, SupportsSessions) else None)
     for _ in range(cfg.max_turns):
         live_idx = [i for i, e in enumerate(episodes) if not e.done]
         if not live_idx:
@@ -135,19 +156,18 @@ def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[_Epi
         live = [episodes[i] for i in live_idx]
         # a mid-response branch has part of its response already: only the rest is new
         budget = [params.max_new_tokens - len(e.response_prefix) for e in live]
+        prompts = [e.transcript.prompt() for e in live]
         if session is not None:
-            samples = session.generate(live_idx, [e.pending for e in live], params,
+            samples = session.generate(live_idx, [e.transcript.pending() for e in live], params,
                                        max_new=budget)
         else:
             samples = [_cut(s, b, policy.stop_token_ids) for s, b in
-                       zip(policy.generate([e.context for e in live], params), budget)]
+                       zip(policy.generate(prompts, params), budget)]
         parsed = [parse(policy.decode(list(e.response_prefix) + list(s.token_ids)),
                         require_think=cfg.require_think) for e, s in zip(live, samples)]
-        for e in live:
-            e.response_prefix = []
         _prepare_steps(live, parsed)
-        for e, s, p in zip(live, samples, parsed):
-            _advance(e, s, p, prompter, cfg, e.start_turn + len(e.turns))
+        for e, s, p, ctx in zip(live, samples, parsed, prompts):
+            _advance(e, s, p, cfg, e.start_turn + len(e.turns), ctx)
         if progress is not None:
             progress(len(live))
 
@@ -161,14 +181,14 @@ def _cut(sample: Sample, n: int, stop_ids) -> Sample:
     return Sample(ids, tuple(sample.logprobs[:n]), ids[-1] in stop_ids)
 
 
-def _prepare_steps(live: Sequence[_Episode], parsed: Sequence[ParsedAction]) -> None:
+def _prepare_steps(live: Sequence[Episode], parsed: Sequence[ParsedAction]) -> None:
     """Lets env classes batch the expensive part of one turn's steps (e.g. one
-    retriever call for every search query) through an optional classmethod
-    ``prepare_steps(envs, actions)``; ``step`` stays the plain gymnasium API."""
+    retriever call for every search query) through :class:`~turngym.envs.base.BatchedSteps`;
+    ``step`` stays the plain gymnasium API."""
     by_cls: dict[type, tuple[list, list]] = {}
     for e, p in zip(live, parsed):
         env = e.env.unwrapped
-        if hasattr(type(env), "prepare_steps"):
+        if isinstance(env, BatchedSteps):
             envs, acts = by_cls.setdefault(type(env), ([], []))
             envs.append(env)
             acts.append(p.action or "")
@@ -179,8 +199,8 @@ def _prepare_steps(live: Sequence[_Episode], parsed: Sequence[ParsedAction]) -> 
             pass
 
 
-def _advance(e: _Episode, s, parsed: ParsedAction, prompter: ChatPrompter, cfg: RolloutConfig,
-             turn_idx: int) -> None:
+def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, turn_idx: int,
+             context: list[int]) -> None:
     action = parsed.action or ""
     info: dict[str, Any]
     try:
@@ -190,16 +210,22 @@ def _advance(e: _Episode, s, parsed: ParsedAction, prompter: ChatPrompter, cfg: 
         info = {"env_error": repr(exc)}
         e.stop = StopReason.ERROR
     shown = render_observation(obs, info, cfg.show_admissible)
-    shown = shown if parsed.ok else f"{INVALID_FORMAT_MESSAGE} {shown}"
-    info = _clean_info(info, cfg.keep_admissible)
+    plain = obs
+    if not parsed.ok:
+        shown, plain = f"{INVALID_FORMAT_MESSAGE} {shown}", f"{INVALID_FORMAT_MESSAGE} {obs}"
+    info = clean_info(info, cfg.keep_admissible)
     info["valid_format"] = parsed.ok and bool(info.get("valid_format", True))
     if parsed.error:
         info["format_error"] = parsed.error
     info.setdefault("valid_action", parsed.ok)
-    e.turns.append(Turn(tuple(e.pending), tuple(s.token_ids), (1,) * len(s.token_ids),
+    # the turn's prompt: in FULL mode the tokens new since the last response, in WINDOW
+    # mode the whole window (each turn is its own training row)
+    prompt = context if e.transcript.mode is ContextMode.WINDOW else e.transcript.pending()
+    e.turns.append(Turn(tuple(prompt), tuple(s.token_ids), (1,) * len(s.token_ids),
                         tuple(s.logprobs), action, shown, float(reward), info))
     e.total_reward += float(reward)
     e.invalid_streak = 0 if parsed.ok else e.invalid_streak + 1
+    prefix, e.response_prefix = e.response_prefix, []
     if info.get("won"):
         e.success = True
     if e.stop is StopReason.ERROR:
@@ -219,10 +245,6 @@ def _advance(e: _Episode, s, parsed: ParsedAction, prompter: ChatPrompter, cfg: 
     if cfg.max_invalid_streak and e.invalid_streak >= cfg.max_invalid_streak:
         e.done, e.stop = True, StopReason.INVALID
         return
-    delta = prompter.observation_ids(shown, response_stopped=s.stopped)
-    if len(e.context) + len(s.token_ids) + len(delta) + cfg.max_new_tokens > cfg.max_context_tokens:
+    e.transcript.add(s.token_ids, s.stopped, plain, shown, prefix)
+    if len(e.transcript.prompt()) + cfg.max_new_tokens > cfg.max_context_tokens:
         e.done, e.stop = True, StopReason.CONTEXT
-        return
-    e.context.extend(s.token_ids)
-    e.context.extend(delta)
-    e.pending = delta

@@ -18,7 +18,7 @@ from turngym.credit import assign_credit
 from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.demos import collect_demos, demo_texts
 from turngym.trainers.pipeline import env_factory
-from turngym.trainers.rl import PolicyGradientTrainer
+from turngym.trainers.update import PolicyGradientTrainer
 
 
 class _NoSession:

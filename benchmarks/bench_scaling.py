@@ -22,7 +22,7 @@ from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
 from turngym.config import load_config
 from turngym.trainers.distributed import World
 from turngym.trainers.hardware import enable_gradient_checkpointing
-from turngym.trainers.rl import PolicyGradientTrainer
+from turngym.trainers.update import PolicyGradientTrainer
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
 WORDS = [f"w{i}" for i in range(2000)]

@@ -55,11 +55,11 @@ def run(hidden, layers, turns, obs_tokens, resp_tokens, n):
             model(input_ids=torch.tensor([t.token_ids() for t in trajs]))
 
     def packed():
-        scorer.score(trajs, pos, gold)
+        scorer.score([t.token_ids() for t in trajs], pos, gold)
 
     def naive():
         for t, p in zip(trajs, pos):
-            naive_score(model, t, p, ans)
+            naive_score(model, t.token_ids(), p, ans)
 
     t1, tp, tn = timed(one_forward), timed(packed), timed(naive, repeats=1)
     print(f"hidden {hidden} x {layers} layers, {n} trajectories x {turns} turns ({L} tokens, "

@@ -30,7 +30,7 @@ from turngym.agents.hf_backend import HFPolicy
 from turngym.agents.policy import SamplingParams
 from turngym.trainers.batching import TokenRow
 from turngym.trainers.hardware import memory_report, reset_peak_memory
-from turngym.trainers.rl import PolicyGradientTrainer, score_rows
+from turngym.trainers.update import PolicyGradientTrainer, score_rows
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
 # shapes from the public configs of these checkpoints

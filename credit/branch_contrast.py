@@ -29,45 +29,76 @@ Services (``requires``): ``policy`` (entropies; ``.model``) and ``brancher``
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import enum
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..agents.branching import branch_point_at
+from ..agents.policy import HasModel
 from ..types import CreditAssignment, TrajectoryGroup
 from .grpo import group_normalize
 from .registry import CreditContext, register_estimator
 from .scoring import response_entropies
 
 
-def select_nodes(entropies: list[np.ndarray], spans: list[list[tuple[int, int]]], budget: int,
-                 topk: int, path_decay: float, node_decay: float, window: int
-                 ) -> list[tuple[int, int]]:
-    """Greedy budgeted choice of (trajectory, token position) branch nodes."""
-    cands = []
-    for i, (ent, sp) in enumerate(zip(entropies, spans)):
-        pos = np.concatenate([np.arange(s, e) for s, e in sp]) if sp else np.zeros(0, int)
-        if pos.size == 0:
+def select_nodes(entropies: list[list[np.ndarray]], budget: int, topk: int, path_decay: float,
+                 node_decay: float, window: int) -> list[tuple[int, int, int]]:
+    """Greedy budgeted choice of (trajectory, turn, response offset) branch nodes.
+
+    ``entropies[i][t]`` holds the entropy of each response token of turn t.  Distances
+    for ``node_decay`` count response tokens of the trajectory (observation tokens in
+    between do not count), the same in either context mode."""
+    cands = []  # (traj, turn, offset, agent-token position, entropy)
+    for i, per_turn in enumerate(entropies):
+        pos = [(t, o) for t, e in enumerate(per_turn) for o in range(len(e))]
+        if not pos:
             continue
-        top = pos[np.argsort(-ent[pos], kind="stable")[:topk]]
-        cands.extend((i, int(q), float(ent[q])) for q in top)
-    chosen: list[tuple[int, int]] = []
+        flat = np.concatenate([np.asarray(e, dtype=np.float64) for e in per_turn])
+        for q in np.argsort(-flat, kind="stable")[:topk]:
+            t, o = pos[int(q)]
+            cands.append((i, t, o, int(q), float(flat[q])))
+    chosen: list[tuple[int, int, int]] = []
     per_traj: dict[int, list[int]] = {}
     for _ in range(budget):
         best, best_score = None, 0.0
-        for i, q, h in cands:
+        for i, t, o, q, h in cands:
             mine = per_traj.get(i, [])
             if q in mine:
                 continue
             near = sum(abs(q - p) <= window for p in mine)
             score = h * path_decay ** len(mine) * node_decay ** near
             if score > best_score:
-                best, best_score = (i, q), score
+                best, best_score = (i, t, o, q), score
         if best is None:
             break
-        chosen.append(best)
-        per_traj.setdefault(best[0], []).append(best[1])
+        chosen.append(best[:3])
+        per_traj.setdefault(best[0], []).append(best[3])
     return chosen
+
+
+class CBV(str, enum.Enum):
+    std = "std"
+    range = "range"
+    mad = "mad"
+
+
+@dataclass(frozen=True)
+class BranchContrastParams:
+    budget: int = 8  # branch nodes per group
+    entropy_topk: int = 16  # candidates per trajectory
+    path_decay: float = 0.5
+    node_decay: float = 0.5
+    node_window: int = 4  # response tokens
+    branches_per_node: int = 2
+    cbv: CBV = CBV.std
+    std_normalize: bool = True
+    eps: float = 1e-6
+
+    def check(self) -> None:
+        if self.budget < 0 or self.entropy_topk < 1 or self.branches_per_node < 1:
+            raise ValueError("branch_contrast: budget >= 0, entropy_topk >= 1 and "
+                             "branches_per_node >= 1 are required")
 
 
 def contrast_value(r: np.ndarray, how: str) -> float:
@@ -80,28 +111,29 @@ def contrast_value(r: np.ndarray, how: str) -> float:
     raise ValueError(f"cbv must be std, range or mad; got {how!r}")
 
 
-@register_estimator("branch_contrast", requires=("policy", "brancher"))
-def branch_contrast(group: TrajectoryGroup, cfg: Mapping[str, Any],
+@register_estimator("branch_contrast", params=BranchContrastParams,
+                    requires=("policy", "brancher"))
+def branch_contrast(group: TrajectoryGroup, p: BranchContrastParams,
                     ctx: CreditContext | None = None) -> CreditAssignment:
     ctx = ctx or CreditContext()
     policy = ctx.need("policy", "branch_contrast")
     brancher = ctx.need("brancher", "branch_contrast")
     trajs = list(group)
-    eps = float(cfg.get("eps", 1e-6))
-    grpo = group_normalize(np.array(group.outcome_rewards()),
-                           bool(cfg.get("std_normalize", True)), eps)
-    spans = [t.response_spans() for t in trajs]
-    ents = response_entropies(policy.model, trajs, getattr(policy, "pad_id", 0),
-                              precision=getattr(policy, "precision", None))
-    nodes = select_nodes(ents, spans, int(cfg.get("budget", 8)), int(cfg.get("entropy_topk", 16)),
-                         float(cfg.get("path_decay", 0.5)), float(cfg.get("node_decay", 0.5)),
-                         int(cfg.get("node_window", 4)))
-    k = int(cfg.get("branches_per_node", 2))
-    points = [branch_point_at(trajs[i], q) for i, q in nodes for _ in range(k)]
+    eps = p.eps
+    grpo = group_normalize(np.array(group.outcome_rewards()), p.std_normalize, eps)
+    pol = policy if isinstance(policy, HasModel) else None
+    if pol is None:  # the trainer hands estimators an HFPolicy over its own model
+        raise ValueError("branch_contrast needs a policy with the trainer's model (HasModel) "
+                         "to read entropies")
+    ents = response_entropies(pol.model, trajs, pol.pad_id, precision=pol.precision)
+    nodes = select_nodes(ents, p.budget, p.entropy_topk, p.path_decay, p.node_decay,
+                         p.node_window)
+    k = p.branches_per_node
+    points = [branch_point_at(trajs[i], t, o) for i, t, o in nodes for _ in range(k)]
     branches = brancher(points) if points else []
-    how = cfg.get("cbv", "std")
+    how = CBV(p.cbv).value
     node_adv, node_cbv, branch_adv = [], [], []
-    for n, (i, q) in enumerate(nodes):
+    for n, (i, _, _) in enumerate(nodes):
         r = np.array([trajs[i].outcome_reward] + [b.outcome_reward
                                                   for b in branches[n * k:(n + 1) * k]])
         sd = r.std()
@@ -111,17 +143,20 @@ def branch_contrast(group: TrajectoryGroup, cfg: Mapping[str, Any],
     cbv = np.array(node_cbv)
     mean_cbv = cbv[cbv > 0].mean() if (cbv > 0).any() else 1.0
     weights = cbv / mean_cbv
-    # token advantages of the parents: segments between consecutive nodes
+    # token advantages of the parents: segments between consecutive nodes, in the order
+    # of the trajectory's response tokens
     token_adv = []
     for i, tr in enumerate(trajs):
-        L = len(tr.token_ids())
-        per_pos = np.full(L, grpo[i])
-        mine = sorted((q, n) for n, (j, q) in enumerate(nodes) if j == i)
+        lens = [len(x.response_ids) for x in tr.turns]
+        starts = np.concatenate([[0], np.cumsum(lens)]).astype(int)
+        per_tok = np.full(int(starts[-1]), grpo[i])
+        mine = sorted((int(starts[t]) + o, n) for n, (j, t, o) in enumerate(nodes) if j == i)
         for m, (q, n) in enumerate(mine):
-            end = mine[m + 1][0] if m + 1 < len(mine) else L
+            end = mine[m + 1][0] if m + 1 < len(mine) else len(per_tok)
             if node_cbv[n] > 0:
-                per_pos[q:end] = node_adv[n][0] * weights[n]
-        token_adv.append(tuple(tuple(float(x) for x in per_pos[s:e]) for s, e in spans[i]))
+                per_tok[q:end] = node_adv[n][0] * weights[n]
+        token_adv.append(tuple(tuple(float(x) for x in per_tok[a:b])
+                               for a, b in zip(starts[:-1], starts[1:])))
     extra = []
     for n in range(len(nodes)):
         for b_idx, b in enumerate(branches[n * k:(n + 1) * k]):

@@ -5,17 +5,18 @@ For a group of G rollouts with outcome rewards r_1..r_G::
     A_i = (r_i - mean(r)) / (std(r) + eps)      (std_normalize=True, Dr.GRPO: False)
 
 computed at trajectory level, then broadcast to every turn of trajectory i.
-A group whose rewards are all equal carries no signal and gets A = 0.
+A group whose rewards are all equal carries no signal and gets A = 0 exactly (not
+the +-1e-10 that ``r - mean(r)`` leaves for fractional rewards).
 
-Optional shaping (``invalid_penalty`` = λ, default 0): the reward used is
-``r_i - λ * (fraction of turns of trajectory i whose action the env rejected)``,
+Optional shaping (``invalid_penalty`` = lambda, default 0): the reward used is
+``r_i - lambda * (fraction of turns of trajectory i whose action the env rejected)``,
 so groups in which every rollout fails still rank rollouts that waste fewer turns
 (verl-agent penalises invalid actions in the same spirit).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,11 +24,20 @@ from ..types import CreditAssignment, TrajectoryGroup
 from .registry import CreditContext, register_estimator
 
 
+@dataclass(frozen=True)
+class GRPOParams:
+    std_normalize: bool = True  # False: Dr.GRPO (mean-centred only)
+    eps: float = 1e-6
+    ddof: int = 1  # sample std, as torch.std and verl
+    invalid_penalty: float = 0.0  # lambda above; 0.5 made the tiny policy play safe no-ops
+
+
 def group_normalize(rewards: np.ndarray, std_normalize: bool = True, eps: float = 1e-6,
                     ddof: int = 1) -> np.ndarray:
-    """Group-relative advantages of a 1-D reward vector."""
+    """Group-relative advantages of a 1-D reward vector; exactly 0 where there is no
+    spread."""
     r = np.asarray(rewards, dtype=np.float64)
-    if r.size <= 1:
+    if r.size <= 1 or np.all(r == r[0]):
         return np.zeros_like(r)
     adv = r - r.mean()
     if std_normalize:
@@ -41,17 +51,13 @@ def invalid_fraction(traj) -> float:
     return sum(1 for t in traj.turns if not t.info.get("valid_action", True)) / len(traj.turns)
 
 
-@register_estimator("grpo")
-def grpo(group: TrajectoryGroup, cfg: Mapping[str, Any], ctx: CreditContext | None = None
+@register_estimator("grpo", params=GRPOParams)
+def grpo(group: TrajectoryGroup, p: GRPOParams, ctx: CreditContext | None = None
          ) -> CreditAssignment:
-    """Knobs: ``std_normalize`` (True), ``eps`` (1e-6), ``ddof`` (1, as torch.std),
-    ``invalid_penalty`` (0.0)."""
     rewards = np.array(group.outcome_rewards(), dtype=np.float64)
-    lam = float(cfg.get("invalid_penalty", 0.0))
-    if lam:
-        rewards = rewards - lam * np.array([invalid_fraction(t) for t in group])
-    adv = group_normalize(rewards, bool(cfg.get("std_normalize", True)),
-                          float(cfg.get("eps", 1e-6)), int(cfg.get("ddof", 1)))
+    if p.invalid_penalty:
+        rewards = rewards - p.invalid_penalty * np.array([invalid_fraction(t) for t in group])
+    adv = group_normalize(rewards, p.std_normalize, p.eps, p.ddof)
     turn_adv = tuple(tuple([float(a)] * t.num_turns) for a, t in zip(adv, group))
     return CreditAssignment(turn_adv, metrics={"reward_mean": float(rewards.mean()),
                                                "reward_std": float(rewards.std())})

@@ -9,8 +9,12 @@ backend-independent.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from ..types import CreditAssignment, TrajectoryGroup
 
@@ -41,24 +45,38 @@ class CreditContext:
         return value
 
 
+@dataclass(frozen=True)
+class NoParams:
+    """An estimator without knobs."""
+
+
 class Estimator(Protocol):
-    def __call__(self, group: TrajectoryGroup, cfg: Mapping[str, Any],
+    def __call__(self, group: TrajectoryGroup, params: Any,
                  ctx: CreditContext | None = None) -> CreditAssignment: ...
 
 
 _REGISTRY: dict[str, Estimator] = {}
 _REQUIRES: dict[str, tuple[str, ...]] = {}
+_PARAMS: dict[str, type] = {}
 
 
-def register_estimator(name: str, requires: Sequence[str] = ()
+def register_estimator(name: str, params: type = NoParams, requires: Sequence[str] = ()
                        ) -> Callable[[Estimator], Estimator]:
-    """``requires`` names CreditContext services the estimator calls ("scorer",
-    "reference_scorer")."""
+    """Registers ``fn(group, params, ctx) -> CreditAssignment`` under ``name``.
+
+    ``params`` is the estimator's dataclass of knobs (``rl.credit.params`` is checked
+    against it at config load: unknown keys and wrong types are refused); ``requires``
+    names the CreditContext services it calls ("scorer", "reference_scorer", "policy",
+    "brancher", "judge"), which the trainer then builds."""
+    if not dataclasses.is_dataclass(params):
+        raise TypeError(f"params of estimator {name!r} must be a dataclass, got {params!r}")
+
     def deco(fn: Estimator) -> Estimator:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"credit estimator {name!r} is already registered")
         _REGISTRY[name] = fn
         _REQUIRES[name] = tuple(requires)
+        _PARAMS[name] = params
         return fn
     return deco
 
@@ -66,6 +84,34 @@ def register_estimator(name: str, requires: Sequence[str] = ()
 def requirements(name: str) -> tuple[str, ...]:
     get_estimator(name)
     return _REQUIRES.get(name, ())
+
+
+def params_class(name: str) -> type:
+    get_estimator(name)
+    return _PARAMS[name]
+
+
+def make_params(name: str, given: Mapping[str, Any] | Any | None = None) -> Any:
+    """The estimator's params dataclass filled from ``given`` (a mapping, or already an
+    instance).  Unknown keys, wrong types and invalid enum values raise ValueError."""
+    cls = params_class(name)
+    if isinstance(given, cls):
+        return given
+    given = dict(given or {})
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"{name} takes no {unknown}; its params are {known}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.create(given))
+        obj = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        first = str(exc).splitlines()[0]
+        raise ValueError(f"{name}: {first}") from None
+    check = getattr(obj, "check", None)
+    if check is not None:
+        check()
+    return obj
 
 
 def get_estimator(name: str) -> Estimator:
@@ -79,13 +125,16 @@ def list_estimators() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def assign_credit(name: str, groups: Sequence[TrajectoryGroup], cfg: Mapping[str, Any] | None = None,
+def assign_credit(name: str, groups: Sequence[TrajectoryGroup], params: Any = None,
                   ctx: CreditContext | None = None) -> list[CreditAssignment]:
-    """Runs estimator ``name`` on every group and validates the shapes it returns."""
+    """Runs estimator ``name`` on every group; validates the shapes it returns and that
+    every advantage is finite (a NaN would otherwise reach the loss silently)."""
     est = get_estimator(name)
+    p = make_params(name, params)
     out = []
     for g in groups:
-        res = est(g, dict(cfg or {}), ctx)
+        res = est(g, p, ctx)
         res.validate(g)
+        res.check_finite(name)
         out.append(res)
     return out

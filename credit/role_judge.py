@@ -24,7 +24,8 @@ Metrics: the share of each role, env-facing turns per episode, judge errors.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import enum
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,9 +43,35 @@ DEFAULT_ROLE_VALUES = {
 }
 
 
-def role_values(cfg: Mapping[str, Any]) -> dict[str, float]:
+class ZeroOutcome(str, enum.Enum):
+    zero = "zero"  # groups without outcome signal train nothing (the outcome is the direction)
+    roles = "roles"  # role corrections alone there (measured to be reward-hackable)
+
+
+@dataclass(frozen=True)
+class RoleJudgeParams:
+    judge: dict = field(default_factory=lambda: {"kind": "oracle"})  # or {kind: openai, ...}
+    role_weight: float = 0.5
+    role_values: dict = field(default_factory=dict)  # overrides of DEFAULT_ROLE_VALUES
+    min_keep: float = 0.1
+    keep_outcome_sign: bool = True
+    zero_outcome: ZeroOutcome = ZeroOutcome.zero
+    std_normalize: bool = True
+    eps: float = 1e-6
+
+    def check(self) -> None:
+        role_values(self)
+        kind = dict(self.judge).get("kind", "oracle")
+        if kind not in ("oracle", "openai"):
+            raise ValueError(f"role_judge: judge.kind must be oracle or openai, got {kind!r}")
+        if kind == "openai" and "base_url" not in self.judge:
+            raise ValueError("role_judge: an openai judge needs judge.base_url "
+                             "(e.g. http://127.0.0.1:8001/v1)")
+
+
+def role_values(p: RoleJudgeParams) -> dict[str, float]:
     vals = dict(DEFAULT_ROLE_VALUES)
-    given = dict(cfg.get("role_values") or {})
+    given = dict(p.role_values or {})
     bad = set(given) - set(ROLE_NAMES)
     if bad:
         raise ValueError(f"unknown roles {sorted(bad)} in role_values; roles are {ROLE_NAMES}")
@@ -54,16 +81,12 @@ def role_values(cfg: Mapping[str, Any]) -> dict[str, float]:
     return vals
 
 
-@register_estimator("role_judge", requires=("judge",))
-def role_judge(group: TrajectoryGroup, cfg: Mapping[str, Any],
+@register_estimator("role_judge", params=RoleJudgeParams, requires=("judge",))
+def role_judge(group: TrajectoryGroup, p: RoleJudgeParams,
                ctx: CreditContext | None = None) -> CreditAssignment:
     judge = (ctx or CreditContext()).need("judge", "role_judge")
-    values = role_values(cfg)
-    beta = float(cfg.get("role_weight", 0.5))
-    min_keep = float(cfg.get("min_keep", 0.1))
-    zero_mode = cfg.get("zero_outcome", "zero")
-    if zero_mode not in ("roles", "zero"):
-        raise ValueError("zero_outcome must be 'roles' or 'zero'")
+    values = role_values(p)
+    beta, min_keep = p.role_weight, p.min_keep
     trajs = list(group)
     segs = [s for i, tr in enumerate(trajs) for s in segments_of(tr, i)]
     roles, errors = judge.label(segs)
@@ -73,14 +96,13 @@ def role_judge(group: TrajectoryGroup, cfg: Mapping[str, Any],
     for s, r in zip(segs, roles):
         a = offsets[s.traj_index]
         corr[a + s.start:a + s.end] = values[Role(r).value]
-    outcome = np.repeat(group_normalize(np.array(group.outcome_rewards()),
-                                        bool(cfg.get("std_normalize", True)),
-                                        float(cfg.get("eps", 1e-6))), lens)
+    outcome = np.repeat(group_normalize(np.array(group.outcome_rewards()), p.std_normalize,
+                                        p.eps), lens)
     adv = outcome + beta * corr
-    if cfg.get("keep_outcome_sign", True):
+    if p.keep_outcome_sign:
         flipped = (outcome != 0) & (np.sign(adv) != np.sign(outcome))
         adv = np.where(flipped, min_keep * outcome, adv)
-    if zero_mode == "zero":
+    if ZeroOutcome(p.zero_outcome) is ZeroOutcome.zero:
         adv = np.where(outcome == 0, 0.0, adv)
     counts = {name: 0 for name in ROLE_NAMES}
     for r in roles:

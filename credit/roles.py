@@ -89,6 +89,8 @@ class OracleJudge:
 
 def oracle_role(s: Segment) -> Role:
     after, before = s.info_after, s.info_before
+    if "env_error" in after:  # the env raised: nothing was learnt about the task
+        return Role.NO_PROGRESS_INFRASTRUCTURE
     if after.get("won"):
         return Role.DECISIVE_PROGRESS
     if after.get("answered"):

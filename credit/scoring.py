@@ -36,8 +36,20 @@ DEFAULT_ANSWER_TEMPLATE = "<answer> {answer} </answer>"
 
 
 def response_starts(traj: Trajectory) -> list[int]:
-    """Token index where each turn's response begins: the context the agent acted in."""
+    """Token index where each turn's response begins in ``token_ids()`` (full history)."""
     return [s for s, _ in traj.response_spans()]
+
+
+def turn_contexts(traj: Trajectory) -> list[tuple[tuple[int, ...], list[int], list[int]]]:
+    """(sequence, positions, turns): where to score "the context turn t acted in" -- one
+    sequence with every turn's response start (full history) or each turn's own prompt
+    (window mode)."""
+    out = []
+    if traj.num_turns == 0:
+        return out
+    for sq in traj.sequences():
+        out.append((sq.ids, [a for a, _ in sq.spans], list(sq.turns)))
+    return out
 
 
 def gold_answers(traj: Trajectory) -> list[str]:
@@ -76,14 +88,52 @@ class GoldScorer:
             self._cache[answer] = ids
         return self._cache[answer]
 
+    def answer_mask(self, answer: str) -> np.ndarray:
+        """Which tokens of ``answer_ids(answer)`` belong to the gold answer itself (not to
+        the template's tags), from the tokenizer's character offsets; all True when the
+        tokenizer gives no offsets."""
+        ids = self.answer_ids(answer)
+        key = ("mask", answer)
+        if key not in self._cache:
+            text = self.answer_template.format(answer=answer)
+            start = len(self.answer_template.split("{answer}")[0])
+            end = start + len(answer)
+            try:
+                enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+                spans = list(enc["offset_mapping"])
+                mask = [a < end and b > start for a, b in spans]
+            except (NotImplementedError, KeyError, TypeError):  # slow tokenizers
+                mask = [True] * len(ids)
+            mask += [False] * (len(ids) - len(mask))  # an appended eos is template
+            self._cache[key] = np.array(mask if any(mask) else [True] * len(ids), dtype=bool)
+        return self._cache[key]
+
+    def turn_start_scores(self, trajs: Sequence[Trajectory]) -> list[list[list[np.ndarray]]]:
+        """``out[i][t][j]``: log-probs of gold answer j's tokens in the context trajectory i
+        acted in at turn t (before its response), in either context mode."""
+        seqs, positions, answers, where = [], [], [], []
+        for i, tr in enumerate(trajs):
+            gold = gold_answers(tr)
+            for seq, pos, turns in turn_contexts(tr):
+                seqs.append(seq)
+                positions.append(pos)
+                answers.append(gold)
+                where.append((i, turns))
+        raw = self.score(seqs, positions, answers)
+        out: list[list] = [[None] * tr.num_turns for tr in trajs]
+        for (i, turns), per_k in zip(where, raw):
+            for t, v in zip(turns, per_k):
+                out[i][t] = v
+        return out
+
     @torch.no_grad()
-    def score(self, trajs: Sequence[Trajectory], positions: Sequence[Sequence[int]],
+    def score(self, seqs: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
               answers: Sequence[Sequence[str]]) -> list[list[list[np.ndarray]]]:
-        """``out[i][k][j]``: log-probs of answer j's tokens after ``token_ids[:positions[i][k]]``
-        of trajectory i (one packed forward per trajectory, batched)."""
+        """``out[i][k][j]``: log-probs of answer j's tokens after ``seqs[i][:positions[i][k]]``
+        (one packed forward per sequence, batched)."""
         rows = []
-        for traj, pos, ans in zip(trajs, positions, answers):
-            seq = traj.token_ids()
+        for seq, pos, ans in zip(seqs, positions, answers):
+            seq = list(seq)
             for p in pos:
                 if not 0 < p <= len(seq):
                     raise ValueError(f"boundary {p} outside a trajectory of {len(seq)} tokens")
@@ -176,10 +226,10 @@ def _packed_len(row) -> int:
     return len(seq) + len(positions) * sum(len(a) for a in answers)
 
 
-def naive_score(model, traj: Trajectory, positions: Sequence[int], answer_ids: Sequence[int]
+def naive_score(model, seq: Sequence[int], positions: Sequence[int], answer_ids: Sequence[int]
                 ) -> list[np.ndarray]:
     """Reference implementation: one forward per boundary (used by tests and benchmarks)."""
-    seq = traj.token_ids()
+    seq = list(seq)
     out = []
     with torch.no_grad():
         for p in positions:
@@ -190,20 +240,51 @@ def naive_score(model, traj: Trajectory, positions: Sequence[int], answer_ids: S
     return out
 
 
-def reduce_scores(token_lps: Sequence[np.ndarray], how: str = "mean") -> float:
-    """Best gold answer's score: mean or sum of token log-probs (max over answers)."""
+def reduce_scores(token_lps: Sequence[np.ndarray], how: str = "mean",
+                  masks: Sequence[np.ndarray] | None = None, floor: float = -30.0) -> float:
+    """Best gold answer's score: mean or sum of its token log-probs (max over answers).
+    ``masks`` keep only some tokens (the gold answer's, not the template's); every
+    log-prob is clamped to ``floor`` first, so a certain-wrong answer (-inf, e.g. an fp16
+    overflow) gives a large finite score, never inf/NaN."""
     if how not in ("mean", "sum"):
         raise ValueError(f"reduce must be 'mean' or 'sum', got {how!r}")
-    vals = [float(a.mean() if how == "mean" else a.sum()) for a in token_lps]
+    vals = []
+    for j, a in enumerate(token_lps):
+        x = np.asarray(a, dtype=np.float64)
+        if masks is not None:
+            x = x[masks[j]]
+        x = np.clip(np.nan_to_num(x, nan=floor, neginf=floor), floor, 0.0)
+        vals.append(float(x.mean() if how == "mean" else x.sum()))
     return max(vals)
+
+
+def turn_scores(scorer: "GoldScorer", trajs: Sequence[Trajectory], how: str = "mean",
+                gold_tokens_only: bool = True, floor: float = -30.0) -> list[np.ndarray]:
+    """Per trajectory, the reduced gold-answer log-prob in the context of every turn."""
+    raw = scorer.turn_start_scores(trajs)
+    out = []
+    for tr, per_t in zip(trajs, raw):
+        golds = gold_answers(tr)
+        masks = [scorer.answer_mask(g) for g in golds] if gold_tokens_only else None
+        out.append(np.array([reduce_scores(lps, how, masks, floor) for lps in per_t],
+                            dtype=np.float64))
+    return out
 
 
 def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
                        max_batch_tokens: int = 16384, precision: str | None = None
-                       ) -> list[np.ndarray]:
-    """Per trajectory, the policy's entropy (nats) at every token position: entry q is
-    the entropy of the distribution that produced token q (0 for q = 0).  Callers
-    keep the response positions (agent tokens), never observation tokens."""
-    ents = sequence_entropies(model, [t.token_ids() for t in trajs], pad_id, max_batch_tokens,
-                              precision)
-    return [np.asarray(e, dtype=np.float64) for e in ents]
+                       ) -> list[list[np.ndarray]]:
+    """``out[i][t]``: the policy's entropy (nats) at each response token of turn t of
+    trajectory i -- the entropy of the distribution that produced the token.  Agent
+    tokens only: observation tokens are never candidates for anything."""
+    seqs, where = [], []
+    for i, tr in enumerate(trajs):
+        for sq in tr.sequences():
+            seqs.append(sq.ids)
+            where.append((i, sq))
+    ents = sequence_entropies(model, seqs, pad_id, max_batch_tokens, precision)
+    out: list[list] = [[None] * tr.num_turns for tr in trajs]
+    for (i, sq), e in zip(where, ents):
+        for t, (a, b) in zip(sq.turns, sq.spans):
+            out[i][t] = np.asarray(e[a:b], dtype=np.float64)
+    return out

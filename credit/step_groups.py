@@ -12,13 +12,16 @@ Turns sharing a key form a step group (anchor state); within it::
 Grouping is one ``np.unique`` + ``bincount`` pass over all turns of the group: no
 pairwise comparisons.
 
-Knobs: ``gamma`` (0.95), ``step_weight`` (1.0), ``std_normalize`` (True), ``eps``
-(1e-6), and the GRPO knobs for the episode part.
+Knobs (:class:`StepGroupsParams`): ``gamma`` (0.95), ``step_weight`` (1.0),
+``std_normalize`` (True), ``eps`` (1e-6), ``ddof`` (1).  Both the episode and the
+step part use the sample std (``ddof=1``, as verl-agent's GiGPO): with the population
+std the step part's scale would depend on the step-group size relative to the
+episode part.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,20 +41,27 @@ def acting_state_keys(traj: Trajectory) -> list[str]:
     return keys[: traj.num_turns]
 
 
-@register_estimator("step_groups")
-def step_groups(group: TrajectoryGroup, cfg: Mapping[str, Any],
+@dataclass(frozen=True)
+class StepGroupsParams:
+    gamma: float = 0.95
+    step_weight: float = 1.0
+    std_normalize: bool = True
+    eps: float = 1e-6
+    ddof: int = 1  # sample std in both parts (see the module doc)
+
+
+@register_estimator("step_groups", params=StepGroupsParams)
+def step_groups(group: TrajectoryGroup, p: StepGroupsParams,
                 ctx: CreditContext | None = None) -> CreditAssignment:
     trajs = list(group)
     rewards, offsets = flatten([[t.reward for t in tr.turns] for tr in trajs])
-    returns = discounted_returns(rewards, offsets, float(cfg.get("gamma", 0.95)))
+    returns = discounted_returns(rewards, offsets, p.gamma)
     # keys are scoped to the task so two tasks never share an anchor state
     keys = np.array([f"{tr.task_id}\x00{k}" for tr in trajs for k in acting_state_keys(tr)],
                     dtype=object)
-    eps = float(cfg.get("eps", 1e-6))
-    step_adv, size = segment_normalize(returns, keys, bool(cfg.get("std_normalize", True)), eps)
-    episode = group_normalize(np.array(group.outcome_rewards()),
-                              bool(cfg.get("std_normalize", True)), eps)
-    adv = np.repeat(episode, np.diff(offsets)) + float(cfg.get("step_weight", 1.0)) * step_adv
+    step_adv, size = segment_normalize(returns, keys, p.std_normalize, p.eps, p.ddof)
+    episode = group_normalize(np.array(group.outcome_rewards()), p.std_normalize, p.eps, p.ddof)
+    adv = np.repeat(episode, np.diff(offsets)) + p.step_weight * step_adv
     metrics = {"step_group_size_mean": float(size.mean()) if size.size else 0.0,
                "grouped_turn_frac": float((size > 1).mean()) if size.size else 0.0,
                "reward_mean": float(np.mean(group.outcome_rewards()))}

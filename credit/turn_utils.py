@@ -31,30 +31,38 @@ def discounted_returns(rewards: np.ndarray, offsets: np.ndarray, gamma: float) -
     return out
 
 
-def normalize(x: np.ndarray, std: bool = True, eps: float = 1e-6) -> np.ndarray:
-    """(x - mean) / std over all entries (population std); zeros when there is no spread."""
-    if x.size <= 1:
+def normalize(x: np.ndarray, std: bool = True, eps: float = 1e-6, ddof: int = 0) -> np.ndarray:
+    """(x - mean) / std over all entries; exactly zero when there is no spread."""
+    if x.size <= 1 or np.all(x == x[0]):
         return np.zeros_like(x)
     c = x - x.mean()
     if not std:
         return c
-    s = x.std()
+    s = x.std(ddof=ddof)
     return c / (s + eps) if s > 0 else np.zeros_like(x)
 
 
-def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, eps: float = 1e-6
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Normalises ``values`` within groups of equal ``keys`` (bincount, no pairwise loops).
+def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, eps: float = 1e-6,
+                      ddof: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Normalises ``values`` within groups of equal ``keys`` (bincount, no pairwise loops):
+    ``(v - mean) / (std + eps)`` with the ``ddof`` std (1: sample std, as GRPO's episode
+    part).  Groups with no spread (singletons included) get exactly 0.
 
-    Returns (normalised values, size of each entry's group); singleton groups get 0.
+    Returns (normalised values, size of each entry's group).
     """
     _, inv = np.unique(keys, return_inverse=True)
     counts = np.bincount(inv).astype(np.float64)
     mean = np.bincount(inv, weights=values) / counts
+    vmin = np.full(len(counts), np.inf)
+    vmax = np.full(len(counts), -np.inf)
+    np.minimum.at(vmin, inv, values)
+    np.maximum.at(vmax, inv, values)
+    flat = (vmin == vmax)[inv]  # no spread: exactly 0, never rounding noise
     out = values - mean[inv]
     if std:
-        var = np.bincount(inv, weights=values ** 2) / counts - mean ** 2
-        sd = np.sqrt(np.maximum(var, 0.0))[inv]
+        ss = np.bincount(inv, weights=(values - mean[inv]) ** 2)
+        var = ss / np.maximum(counts - ddof, 1.0)
+        sd = np.sqrt(var)[inv]
         out = np.where(sd > 0, out / (sd + eps), 0.0)
     size = counts[inv]
-    return np.where(size > 1, out, 0.0), size
+    return np.where(flat | (size <= 1), 0.0, out), size

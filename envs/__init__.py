@@ -13,7 +13,7 @@ from .base import TextEnv
 ENV_SPECS: dict[str, dict] = {
     "turngym/TextWorld-v0": {
         "entry_point": "turngym.envs.textworld.env:TextWorldEnv",
-        "max_episode_steps": 50,
+        "max_episode_steps": None,  # the env's own max_turns truncates (one source)
         "description": "ALFWorld-like household tasks (6 task types, seen/unseen layouts)",
     },
     "turngym/TextWorldGame-v0": {

@@ -15,7 +15,7 @@ from turngym.trainers.batching import rows_from_groups
 def _setup(tiny_stack, seeds=(1, 2), group=4, temperature=1.5):
     tok, model, prompter = tiny_stack
     policy = HFPolicy(model, tok, generator_seed=0)
-    pool = EnvPool(lambda: TextWorldEnv(split="train", max_steps=5))
+    pool = EnvPool(lambda: TextWorldEnv(split="train", max_turns=5))
     cfg = RolloutConfig(max_turns=4, max_new_tokens=6, temperature=temperature)
     groups = rollout(policy, prompter, pool, list(seeds), group, cfg)
     calls = []
@@ -30,44 +30,48 @@ def test_mid_response_branch_keeps_the_exact_prefix(tiny_stack):
     policy, prompter, pool, cfg, groups, _, _ = _setup(tiny_stack)
     traj = groups[0].trajectories[0]
     s, e = traj.response_spans()[-1]
-    q = s + max(1, (e - s) // 2) if e - s > 1 else s
-    bp = branch_point_at(traj, q)
+    o = max(1, (e - s) // 2) if e - s > 1 else 0
+    q = s + o
+    bp = branch_point_at(traj, traj.num_turns - 1, o)
     assert list(bp.context) == traj.token_ids()[:q]
     assert list(bp.response_prefix) == traj.token_ids()[s:q]
     cont = continue_from(policy, prompter, pool, [bp] * 3, cfg)
     for c in cont:
         assert c.turns[0].prompt_ids == tuple(traj.token_ids()[:q])  # identical prefix
-    with pytest.raises(ValueError, match="not a response token"):
-        branch_point_at(traj, 0)
+    with pytest.raises(ValueError, match="outside"):
+        branch_point_at(traj, 0, e - s + 5)
+    with pytest.raises(ValueError, match="outside"):
+        branch_point_at(traj, traj.num_turns, 0)
 
 
 def test_greedy_branch_at_a_token_reproduces_the_parent(tiny_stack):
     tok, model, prompter = tiny_stack
     policy = HFPolicy(model, tok, generator_seed=0)
-    pool = EnvPool(lambda: TextWorldEnv(split="train", max_steps=5))
+    pool = EnvPool(lambda: TextWorldEnv(split="train", max_turns=5))
     cfg = RolloutConfig(max_turns=3, max_new_tokens=6, greedy=True)
     traj = rollout(policy, prompter, pool, [3], 1, cfg)[0].trajectories[0]
     s, e = traj.response_spans()[1]
-    cont = continue_from(policy, prompter, pool, [branch_point_at(traj, e - 1)], cfg)[0]
+    cont = continue_from(policy, prompter, pool, [branch_point_at(traj, 1, e - 1 - s)], cfg)[0]
     full = list(cont.turns[0].prompt_ids) + list(cont.turns[0].response_ids)
     assert full == traj.token_ids()[:e]  # the re-sampled tail equals the original
     assert [t.observation for t in cont.turns] == [t.observation for t in traj.turns[1:]]
 
 
 def test_budget_and_decays():
-    ents = [np.array([0, 5, 4.9, 4.8, 0, 0, 1.0]), np.array([0, 3, 2.9, 0.5])]
-    spans = [[(1, 4), (5, 7)], [(1, 4)]]
-    # no decay: the three highest-entropy tokens, all on trajectory 0
-    assert select_nodes(ents, spans, 3, 8, 1.0, 1.0, 2) == [(0, 1), (0, 2), (0, 3)]
+    # per trajectory, per turn: entropies of the response tokens
+    ents = [[np.array([5, 4.9, 4.8]), np.array([0, 1.0])], [np.array([3, 2.9, 0.5])]]
+    # no decay: the three highest-entropy tokens, all on trajectory 0, turn 0
+    assert select_nodes(ents, 3, 8, 1.0, 1.0, 2) == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
     # path decay spreads nodes across trajectories
-    picked = select_nodes(ents, spans, 3, 8, 0.5, 1.0, 0)
-    assert {i for i, _ in picked} == {0, 1}
-    # node decay 0: no two nodes within the window on one trajectory
-    picked = select_nodes(ents, spans, 4, 8, 1.0, 0.0, 1)
+    picked = select_nodes(ents, 3, 8, 0.5, 1.0, 0)
+    assert {i for i, _, _ in picked} == {0, 1}
+    # node decay 0: no two nodes within the window (response tokens) on one trajectory
+    picked = select_nodes(ents, 4, 8, 1.0, 0.0, 1)
+    flat = {(0, 0): 0, (0, 1): 3, (1, 0): 0}
     for i in (0, 1):
-        qs = sorted(q for j, q in picked if j == i)
+        qs = sorted(flat[i, t] + o for j, t, o in picked if j == i)
         assert all(b - a > 1 for a, b in zip(qs, qs[1:]))
-    assert len(select_nodes(ents, spans, 100, 8, 1.0, 1.0, 0)) == 6 + 3 - 2  # all candidates
+    assert len(select_nodes(ents, 100, 8, 1.0, 1.0, 0)) == 5 + 3 - 1  # zero entropy: never
     assert contrast_value(np.array([1.0, 0, 0, 1]), "std") == 0.5
     assert contrast_value(np.array([1.0, 0, 0]), "range") == 1.0
 
@@ -112,8 +116,7 @@ def test_cbv_rescaling_keeps_signs_and_segments_follow_nodes(tiny_stack, monkeyp
     # fixed nodes and scripted branch outcomes make the expected numbers exact
     nodes = []
     for i, tr in enumerate(g):
-        s, e = tr.response_spans()[0]
-        nodes.append((i, s))
+        nodes.append((i, 0, 0))
     monkeypatch.setattr(bc, "select_nodes", lambda *a, **k: nodes)
     outcomes = iter([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
 
@@ -122,7 +125,7 @@ def test_cbv_rescaling_keeps_signs_and_segments_follow_nodes(tiny_stack, monkeyp
         return [b.with_(outcome_reward=next(outcomes)) for b in out]
     res = assign_credit("branch_contrast", [g], {"branches_per_node": 2},
                         CreditContext(policy=policy, brancher=scripted))[0]
-    for n, (i, q) in enumerate(nodes):
+    for n, (i, _, _) in enumerate(nodes):
         r = np.array([g.trajectories[i].outcome_reward, *[[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]][n]])
         a = (r - r.mean()) / (r.std() + 1e-6) if r.std() > 0 else np.zeros(3)
         branch_adv = [adv[0] for b, adv in res.extra[2 * n:2 * n + 2]]
@@ -154,11 +157,11 @@ class NoSession:
 def test_branch_budget_without_kv_sessions(tiny_stack):
     tok, model, prompter = tiny_stack
     policy = NoSession(HFPolicy(model, tok, generator_seed=0))
-    pool = EnvPool(lambda: TextWorldEnv(split="train", max_steps=5))
+    pool = EnvPool(lambda: TextWorldEnv(split="train", max_turns=5))
     cfg = RolloutConfig(max_turns=3, max_new_tokens=6, greedy=True)
     traj = rollout(policy, prompter, pool, [3], 1, cfg)[0].trajectories[0]
     s, e = traj.response_spans()[0]
-    cont = continue_from(policy, prompter, pool, [branch_point_at(traj, e - 1)], cfg)[0]
+    cont = continue_from(policy, prompter, pool, [branch_point_at(traj, 0, e - 1 - s)], cfg)[0]
     # the re-sampled tail is cut to what is left of the response budget
     assert len(cont.turns[0].response_ids) == 1
     assert list(cont.turns[0].prompt_ids) + list(cont.turns[0].response_ids) == \

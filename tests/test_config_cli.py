@@ -2,28 +2,52 @@ import subprocess
 import sys
 
 import pytest
-from omegaconf.errors import ConfigKeyError, ValidationError
-
 from turngym.cli import main
-from turngym.config import config_path, load_config
+from turngym.config import ConfigError, config_path, load_config
 
 
 def test_bundled_config_and_overrides():
-    cfg = load_config("quickstart", ["rl.steps=3", "env.kwargs.max_steps=7"])
-    assert cfg.rl.steps == 3 and cfg.env.kwargs.max_steps == 7
+    cfg = load_config("quickstart", ["rl.steps=3", "env.kwargs.world.min_objects=2"])
+    assert cfg.rl.steps == 3 and cfg.env.kwargs.world.min_objects == 2
     assert cfg.model.kind == "tiny"
     assert config_path("quickstart").name == "quickstart.yaml"
 
 
 def test_unknown_keys_and_bad_types_fail_clearly():
-    with pytest.raises(ConfigKeyError):
+    with pytest.raises(ConfigError, match="stepz"):
         load_config("quickstart", ["rl.stepz=3"])
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match="rl.steps"):
         load_config("quickstart", ["rl.steps=many"])
-    with pytest.raises(ValueError, match="key=value"):
+    with pytest.raises(ConfigError, match="key=value"):
         load_config("quickstart", ["rl.steps"])
-    with pytest.raises(FileNotFoundError, match="bundled configs"):
+    with pytest.raises(ConfigError, match="bundled configs"):
         load_config("no_such_config")
+    with pytest.raises(ConfigError, match="context_mode"):  # closed choices are enums
+        load_config("quickstart", ["agent.context_mode=sometimes"])
+
+
+def test_whole_config_validated_before_any_work():
+    """Every problem at once, before anything runs: credit name, typed credit params,
+    env kwargs against the env's constructor, ranges, the one turn limit."""
+    with pytest.raises(ConfigError) as e:
+        load_config("quickstart", ["rl.credit.name=grpoo", "rl.lr=-1", "rl.group_size=0",
+                                   "env.kwargs.wrold={}", "agent.sampling.temperature=nan"])
+    msg = str(e.value)
+    for part in ("unknown estimator 'grpoo'", "rl.lr must be > 0", "rl.group_size must be > 0",
+                 "takes no ['wrold']", "agent.sampling.temperature must be > 0"):
+        assert part in msg, (part, msg)
+    with pytest.raises(ConfigError, match=r"grpo takes no \['std_normalise'\]"):
+        load_config("quickstart", ["rl.credit.params.std_normalise=false"])
+    with pytest.raises(ConfigError, match="info_gain"):  # enum-valued param
+        load_config("search_igpo", ["rl.credit.params.score=probability"])
+    with pytest.raises(ConfigError, match="agent.max_turns"):
+        load_config("search_grpo", ["env.kwargs.max_turns=3"])
+    with pytest.raises(ConfigError, match="judge.base_url"):
+        load_config("textworld_triage", ["rl.credit.params.judge={kind: openai}"])
+    ok = load_config("search_igpo", ["rl.credit.params.gamma=0.5"])
+    from turngym.credit import make_params
+    p = make_params("info_gain", dict(ok.rl.credit.params))
+    assert p.gamma == 0.5 and p.score.value == "prob" and p.gold_tokens_only
 
 
 def test_cli_lists_envs_and_rejects_bad_config(capsys):
@@ -32,7 +56,12 @@ def test_cli_lists_envs_and_rejects_bad_config(capsys):
     assert main(["credits"]) == 0
     assert "grpo" in capsys.readouterr().out
     assert main(["train", "--config", "quickstart", "rl.bogus=1"]) == 2
-    assert "bad configuration" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("turngym: error:") and "bogus" in err and len(err.splitlines()) == 1
+    assert main(["eval", "--checkpoint", "/no/such/model"]) == 2
+    assert "no such model directory" in capsys.readouterr().err
+    assert main(["train", "--plugin", "no_such_plugin_module"]) == 2
+    assert "no_such_plugin_module" in capsys.readouterr().err
 
 
 def test_console_module_entry_point_runs():
@@ -62,7 +91,7 @@ def test_wheel_installs_only_the_turngym_package(tmp_path):
 def test_overrides_may_follow_flags(monkeypatch):
     seen = {}
     import turngym.trainers.pipeline as pipeline
-    monkeypatch.setattr(pipeline, "train", lambda cfg, resume, progress: seen.update(
+    monkeypatch.setattr(pipeline, "train", lambda cfg, resume, progress, overwrite: seen.update(
         cfg=cfg, resume=resume, progress=progress) or {})
     assert main(["train", "rl.steps=4", "--resume", "--no-progress", "rl.lr=0.5"]) == 0
     assert seen["cfg"].rl.steps == 4 and seen["cfg"].rl.lr == 0.5
@@ -80,7 +109,7 @@ def test_config_inheritance_with_base(tmp_path):
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text(f"base: {b}\nseed: 1\n")
     b.write_text(f"base: {a}\nseed: 2\n")
-    with pytest.raises(ValueError, match="cycle"):
+    with pytest.raises(ConfigError, match="cycle"):
         load_config(str(a))
 
 
@@ -88,7 +117,9 @@ def test_config_inheritance_with_base(tmp_path):
                                   "gpu_tool_shop"])
 def test_real_model_gpu_configs_resolve_and_demand_a_model_path(name):
     from turngym.agents.factory import build_model
-    cfg = load_config(name)
+    with pytest.raises(ConfigError, match="needs model.path"):
+        load_config(name)
+    cfg = load_config(name, validate_now=False)
     assert cfg.model.kind == "hf" and cfg.agent.backend == "vllm"
     assert cfg.model.autocast == "bfloat16" and cfg.model.gradient_checkpointing
     assert cfg.rl.recompute_logprobs  # vLLM numerics never enter the importance ratio

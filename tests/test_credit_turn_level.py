@@ -41,15 +41,15 @@ def test_packed_scoring_equals_naive_per_boundary(lm):
     trajs = [_traj(rng, rng.randrange(1, 6), len(tok)) for _ in range(9)]
     scorer = GoldScorer(model, tok, max_batch_tokens=150)  # forces several batches
     pos = [response_starts(t) for t in trajs]
-    packed = scorer.score(trajs, pos, [t.info["gold_answer"] for t in trajs])
+    packed = scorer.score([t.token_ids() for t in trajs], pos, [t.info["gold_answer"] for t in trajs])
     for t, p, out in zip(trajs, pos, packed):
         assert len(out) == t.num_turns
         for j, ans in enumerate(t.info["gold_answer"]):
-            naive = naive_score(model, t, p, scorer.answer_ids(ans))
+            naive = naive_score(model, t.token_ids(), p, scorer.answer_ids(ans))
             for k in range(len(p)):
                 np.testing.assert_allclose(out[k][j], naive[k], atol=1e-5)
     with pytest.raises(ValueError, match="outside"):
-        scorer.score(trajs[:1], [[10**6]], [["alpha"]])
+        scorer.score([trajs[0].token_ids()], [[10**6]], [["alpha"]])
 
 
 def test_packed_scoring_under_bf16_autocast_tracks_fp32(lm):
@@ -59,8 +59,8 @@ def test_packed_scoring_under_bf16_autocast_tracks_fp32(lm):
     trajs = [_traj(rng, rng.randrange(1, 5), len(tok)) for _ in range(5)]
     pos = [response_starts(t) for t in trajs]
     golds = [t.info["gold_answer"] for t in trajs]
-    exact = GoldScorer(model, tok).score(trajs, pos, golds)
-    bf16 = GoldScorer(model, tok, precision="bfloat16").score(trajs, pos, golds)
+    exact = GoldScorer(model, tok).score([t.token_ids() for t in trajs], pos, golds)
+    bf16 = GoldScorer(model, tok, precision="bfloat16").score([t.token_ids() for t in trajs], pos, golds)
     diffs = [float(np.abs(a - b).max()) for ta, tb in zip(exact, bf16)
              for ka, kb in zip(ta, tb) for a, b in zip(ka, kb)]
     assert 0 < max(diffs) < 0.1
@@ -74,7 +74,10 @@ class TableScorer:
         self.table = table
         self.calls = 0
 
-    def score(self, trajs, positions, answers):
+    def answer_mask(self, answer):
+        return np.ones(2, dtype=bool)
+
+    def turn_start_scores(self, trajs):
         self.calls += 1
         return [[[np.full(2, v)] for v in self.table[i]] for i in range(len(trajs))]
 

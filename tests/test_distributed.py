@@ -11,7 +11,7 @@ from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
 from turngym.config import load_config
 from turngym.trainers.distributed import World
 from turngym.trainers.fsdp import full_state_dict, shard_model
-from turngym.trainers.rl import PolicyGradientTrainer, split_even
+from turngym.trainers.update import PolicyGradientTrainer, split_even
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
 TEXTS = ["go to the cabinet 1 and open it", "take the apple 2 from the fridge 1",

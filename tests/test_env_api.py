@@ -60,7 +60,7 @@ def test_snapshot_restore_matches_replay():
 
 
 def test_step_limit_truncates_and_reward_is_zero():
-    env = gym.make("turngym/TextWorld-v0", max_steps=5)
+    env = gym.make("turngym/TextWorld-v0", max_turns=5)
     env.reset(seed=0)
     for k in range(5):
         obs, r, term, trunc, info = env.step("look")

@@ -12,7 +12,7 @@ from turngym.trainers.probe import agreement, mc_true_advantages, rankdata, spea
 
 
 def _pool():
-    return EnvPool(lambda: TextWorldEnv(split="train", max_steps=6))
+    return EnvPool(lambda: TextWorldEnv(split="train", max_turns=6))
 
 
 def test_greedy_continuation_reproduces_the_rest_of_the_trajectory(tiny_stack):
@@ -82,13 +82,16 @@ def test_probe_cli_writes_json_and_plot(tmp_path, tiny_stack):
                  "--tasks", "2", "--group-size", "2", "--continuations", "2",
                  "--out", str(tmp_path / "probe"), "agent.max_turns=3",
                  "agent.system_prompt=You are a household agent.",
-                 "env.kwargs.max_steps=3", "--estimators", "grpo,step_groups,info_gain"])
+                 "agent.max_turns=3", "--estimators", "grpo,step_groups,info_gain"])
     assert code == 0
     res = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert set(res["modules"]) == {"grpo", "step_groups"}
     assert "gold_answer" in res["skipped"]["info_gain"]  # text world has no gold answers
     for m in res["modules"].values():
         assert -1.0 <= m["spearman"] <= 1.0 and m["turns"] > 0
+        lo, hi = m["spearman_ci95"]
+        assert lo <= hi and -1.0 <= lo and hi <= 1.0
+    assert res["turns"] > 0 and res["true_adv_se_mean"] >= 0.0
     assert (tmp_path / "probe" / "probe.png").stat().st_size > 1000
 
 
@@ -98,3 +101,33 @@ def test_token_level_credit_is_averaged_per_turn():
 
     c = CreditAssignment(((1.0, 1.0), (0.5,)), (((0.0, 2.0, 4.0), ()), None))
     np.testing.assert_allclose(turn_level(c), [2.0, 1.0, 0.5])
+
+
+def test_mc_standard_errors_and_bootstrap_intervals():
+    from turngym.trainers.probe import MCTruth, bootstrap_agreement, split_half_ceiling
+    rng = np.random.default_rng(0)
+    # 6 groups x 2 trajectories x 5 turns, 32 continuations per state
+    outcomes, final, est = [], [], []
+    for g in range(6):
+        og, fg, eg = [], [], []
+        for i in range(2):
+            p = rng.random(5)  # V of each state, jumping around
+            og.append((rng.random((5, 32)) < p[:, None]).astype(float))
+            fg.append(1.0)
+            eg.append(np.diff(np.append(p, 1.0)) + rng.normal(0, 0.01, 5))
+        outcomes.append(og)
+        final.append(fg)
+        est.append(eg)
+    truth = MCTruth(outcomes, final)
+    se = truth.standard_errors()
+    o = outcomes[0][0]
+    expect = np.sqrt((o.std(1, ddof=1) / np.sqrt(32)) ** 2
+                     + np.append(o.std(1, ddof=1)[1:] / np.sqrt(32), 0.0) ** 2)
+    np.testing.assert_allclose(se[0][0], expect)
+    good = bootstrap_agreement(est, truth, n_boot=200)
+    noise = [[rng.normal(size=5) for _ in g] for g in est]
+    bad = bootstrap_agreement(noise, truth, n_boot=200)
+    assert good["spearman_ci95"][0] <= good["spearman"] <= good["spearman_ci95"][1]
+    assert good["spearman_ci95"][0] > bad["spearman_ci95"][1]  # a real estimate is separable
+    assert bad["spearman_ci95"][0] < 0 < bad["spearman_ci95"][1]  # noise straddles zero
+    assert -1.0 <= split_half_ceiling(truth) <= 1.0

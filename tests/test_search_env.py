@@ -156,7 +156,7 @@ def test_prepare_steps_batches_queries_with_identical_results():
 
 def test_rollout_with_tiny_policy_and_raw_parser(tiny_stack):
     from turngym.agents import EnvPool, HFPolicy, RolloutConfig, rollout
-    from turngym.trainers.evaluate import summarize
+    from turngym.trainers.summary import summarize
     from turngym.types import StopReason
 
     tok, model, prompter = tiny_stack

@@ -256,7 +256,7 @@ def test_rollout_on_tool_envs_reports_call_metrics(tiny_stack):
     import gymnasium as gym
 
     from turngym.agents import EnvPool, HFPolicy, RolloutConfig, rollout
-    from turngym.trainers.evaluate import format_report, summarize
+    from turngym.trainers.summary import format_report, summarize
 
     tok, model, prompter = tiny_stack
     policy = HFPolicy(model, tok, generator_seed=0)

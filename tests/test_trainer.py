@@ -12,7 +12,7 @@ from turngym.trainers.batching import trajectory_rows
 from turngym.trainers.checkpoint import CheckpointManager
 from turngym.trainers.metrics import read_metrics
 from turngym.trainers.pipeline import train
-from turngym.trainers.rl import PolicyGradientTrainer, score_rows
+from turngym.trainers.update import PolicyGradientTrainer, score_rows
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
 
@@ -25,11 +25,11 @@ def test_advantage_broadcast_to_response_tokens_only():
     t = Trajectory((Turn((1, 2), (3, 4), (1, 1), (-1.0, -1.0), "a", "o"),
                     Turn((5,), (6, 7, 8), (1, 0, 1), (-1.0,) * 3, "a", "o")),
                    1.0, True, StopReason.WON, "t", "g")
-    row = trajectory_rows(t, [0.5, -2.0])
+    (row,) = trajectory_rows(t, [0.5, -2.0])
     assert row.ids == [1, 2, 3, 4, 5, 6, 7, 8]
     assert row.mask == [0, 0, 1, 1, 0, 1, 0, 1]
     assert row.adv == [0, 0, 0.5, 0.5, 0, -2.0, -2.0, -2.0]
-    over = trajectory_rows(t, [0.5, -2.0], [None, [1.0, 2.0, 3.0]])
+    (over,) = trajectory_rows(t, [0.5, -2.0], [None, [1.0, 2.0, 3.0]])
     assert over.adv[-3:] == [1.0, 2.0, 3.0]
 
 
@@ -43,7 +43,7 @@ def test_policy_gradient_step_follows_the_sign_of_the_advantage(tiny_stack):
     good, bad = _traj([5, 6, 7], [8, 9], 1.0), _traj([5, 6, 7], [10, 11], 0.0)
     group = TrajectoryGroup((good, bad), "t")
     credit = CreditAssignment(((1.0,), (-1.0,)))
-    rows = [trajectory_rows(good, [1.0]), trajectory_rows(bad, [-1.0])]
+    rows = trajectory_rows(good, [1.0]) + trajectory_rows(bad, [-1.0])
     before = score_rows(model, rows, tok.pad_token_id, 4096)
     stats = trainer.update([group], [credit])
     after = score_rows(model, rows, tok.pad_token_id, 4096)
@@ -81,8 +81,8 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path, tiny_stack):
 
 SMOKE = ["warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
          "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-         "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=3", "agent.max_turns=4",
-         "warmstart.max_turns=40",
+         "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=3", "agent.max_turns=8",
+         "warmstart.epsilon=0.0",
          "checkpoint.every=1", "env.eval_splits=[valid_unseen]"]
 
 

@@ -15,9 +15,10 @@ from turngym.agents.numerics import token_logprobs
 from turngym.agents.policy import SamplingParams
 from turngym.agents.tiny import build_tiny_model
 from turngym.config import load_config
-from turngym.trainers.hardware import autocast, enable_gradient_checkpointing, memory_report
+from turngym.agents.numerics import autocast
+from turngym.trainers.hardware import enable_gradient_checkpointing, memory_report
 from turngym.trainers.metrics import read_metrics
-from turngym.trainers.rl import PolicyGradientTrainer
+from turngym.trainers.update import PolicyGradientTrainer
 from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn
 
 peft = pytest.importorskip("peft")
@@ -25,7 +26,7 @@ from turngym.trainers import lora  # noqa: E402  (needs peft)
 
 SMOKE = ["warmstart.num_demos=16", "warmstart.epochs=1", "warmstart.batch_size=8",
          "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-         "rl.group_size=2", "eval.num_tasks=4", "agent.max_turns=4", "warmstart.max_turns=40",
+         "rl.group_size=2", "eval.num_tasks=4", "agent.max_turns=8", "warmstart.epsilon=0.0",
          "checkpoint.every=1", "env.eval_splits=[valid_unseen]"]
 # role-typed credit with flat outcomes still gives non-zero advantages to an untrained model
 NONZERO_CREDIT = ["rl.credit.name=role_judge", "rl.credit.params.zero_outcome=roles"]
@@ -258,8 +259,8 @@ def test_metrics_gathered_across_ranks_drop_tokens_but_not_information(tiny_stac
     import gymnasium as gym
 
     from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
-    from turngym.trainers.evaluate import summarize
-    from turngym.trainers.pipeline import _without_tokens
+    from turngym.trainers.summary import summarize
+    from turngym.trainers.summary import without_tokens as _without_tokens
     tok, model, prompter = tiny_stack
     pool = EnvPool(lambda: gym.make("turngym/TextWorld-v0", split="train"))
     groups = rollout(HFPolicy(model, tok, generator_seed=0), prompter, pool, [0, 1, 2], 2,

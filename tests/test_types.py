@@ -1,6 +1,6 @@
 import pytest
 
-from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn, group_by_task
+from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn, group_by_group_id
 
 
 def _turn(p, r):
@@ -38,9 +38,9 @@ def test_credit_validate_checks_turn_counts():
         CreditAssignment(((0.1,),)).validate(g)
 
 
-def test_group_by_task_keeps_order():
+def test_group_by_group_id_keeps_order():
     trajs = [Trajectory((_turn([1], [2]),), float(i), False, StopReason.MAX_TURNS, f"t{i % 2}",
                         f"g{i % 2}") for i in range(4)]
-    groups = group_by_task(trajs)
+    groups = group_by_group_id(trajs)
     assert [g.task_id for g in groups] == ["t0", "t1"]
     assert [t.outcome_reward for t in groups[0]] == [0.0, 2.0]

@@ -42,22 +42,24 @@ class TokenRow:
 
 
 def trajectory_rows(traj: Trajectory, turn_adv: Sequence[float],
-                    token_adv: Sequence[Sequence[float] | None] | None = None) -> TokenRow:
-    ids: list[int] = []
-    mask: list[float] = []
-    adv: list[float] = []
-    lps: list[float] = []
-    for k, (turn, a) in enumerate(zip(traj.turns, turn_adv)):
-        n_p, n_r = len(turn.prompt_ids), len(turn.response_ids)
-        ids += turn.prompt_ids
-        ids += turn.response_ids
-        mask += [0.0] * n_p + [float(m) for m in turn.response_mask]
-        override = token_adv[k] if token_adv is not None else None
-        if override is not None and len(override) != n_r:
-            raise ValueError("token advantage override must match the response length")
-        adv += [0.0] * n_p + (list(override) if override is not None else [float(a)] * n_r)
-        lps += [0.0] * n_p + list(turn.logprobs)
-    return TokenRow(ids, mask, adv, lps)
+                    token_adv: Sequence[Sequence[float] | None] | None = None) -> list[TokenRow]:
+    """The training rows of one trajectory: one for a full-history episode, one per turn
+    in window mode.  Loss mask 0 on prompt/observation tokens, the turn's advantage (or
+    its per-token override) on its response tokens."""
+    rows = []
+    for sq in traj.sequences():
+        n = len(sq.ids)
+        mask, adv, lps = [0.0] * n, [0.0] * n, [0.0] * n
+        for k, (a, b) in zip(sq.turns, sq.spans):
+            turn = traj.turns[k]
+            override = token_adv[k] if token_adv is not None else None
+            if override is not None and len(override) != b - a:
+                raise ValueError("token advantage override must match the response length")
+            mask[a:b] = [float(m) for m in turn.response_mask]
+            adv[a:b] = list(override) if override is not None else [float(turn_adv[k])] * (b - a)
+            lps[a:b] = list(turn.logprobs)
+        rows.append(TokenRow(list(sq.ids), mask, adv, lps))
+    return rows
 
 
 def rows_from_groups(groups: Sequence[TrajectoryGroup], credits: Sequence[CreditAssignment]
@@ -66,8 +68,9 @@ def rows_from_groups(groups: Sequence[TrajectoryGroup], credits: Sequence[Credit
     for g, c in zip(groups, credits):
         for i, traj in enumerate(g):
             tok = c.token_advantages[i] if c.token_advantages is not None else None
-            rows.append(trajectory_rows(traj, c.turn_advantages[i], tok))
-        rows.extend(trajectory_rows(traj, adv) for traj, adv in c.extra)
+            rows.extend(trajectory_rows(traj, c.turn_advantages[i], tok))
+        for traj, adv in c.extra:
+            rows.extend(trajectory_rows(traj, adv))
     return rows
 
 

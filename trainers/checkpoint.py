@@ -1,20 +1,39 @@
-"""Atomic checkpoints: a checkpoint is a complete HF model dir (safetensors weights,
-config, tokenizer) plus optimizer and trainer state.
+"""Atomic, verifiable checkpoints.
 
-Written into a temporary sibling directory, fsynced, then renamed into place;
-``latest`` is replaced atomically last.  A crash at any moment leaves either the
-old or the new checkpoint, never a half-written one.
+A checkpoint is a complete HF model dir (safetensors weights, config, tokenizer) plus
+optimizer state, RNG state, trainer state (``turngym_state.json``) and a
+``manifest.json`` with the SHA-256 of every other file.
+
+* Written into a staging sibling, fsynced, renamed into place; ``latest`` is replaced
+  atomically last.  A crash at any moment leaves the old or the new checkpoint, never
+  a half-written one; staging leftovers of a killed save are removed at the next start.
+* :meth:`CheckpointManager.newest_valid` walks the checkpoints newest first and returns
+  the first whose manifest verifies, so a deleted ``latest``, a missing directory or a
+  corrupted weight file falls back to the previous good checkpoint instead of
+  restarting from step 0.
+* Loads are safe: optimizer and RNG state are read with ``torch.load(weights_only=True)``
+  (tensors and plain containers only), so a checkpoint from elsewhere cannot run code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+
+MANIFEST = "manifest.json"
+STATE = "turngym_state.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be trusted (missing file, checksum mismatch)."""
 
 
 def _fsync_tree(path: Path) -> None:
@@ -25,6 +44,7 @@ def _fsync_tree(path: Path) -> None:
 
 
 def write_atomic_text(path: Path, text: str) -> None:
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "w") as f:
         f.write(text)
@@ -33,34 +53,85 @@ def write_atomic_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    manifest = {str(p.relative_to(directory)): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+                for p in files}
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def verify_manifest(directory: Path) -> None:
+    """Raises :class:`CheckpointError` naming the first missing or altered file."""
+    directory = Path(directory)
+    f = directory / MANIFEST
+    if not f.exists():
+        raise CheckpointError(f"{directory} has no {MANIFEST} (not a complete checkpoint)")
+    for rel, meta in json.loads(f.read_text()).items():
+        p = directory / rel
+        if not p.is_file():
+            raise CheckpointError(f"{directory}: {rel} is missing")
+        if p.stat().st_size != meta["bytes"] or _sha256(p) != meta["sha256"]:
+            raise CheckpointError(f"{directory}: {rel} does not match its checksum")
+
+
 def save_model_dir(path: Path, model, tokenizer, extra: dict[str, Any] | None = None,
                    state_dict: dict | None = None) -> Path:
-    """Atomically writes ``model``+``tokenizer`` (+ json ``extra``) to ``path``;
-    ``state_dict`` overrides the weights (the gathered tensors of a sharded model)."""
+    """Atomically writes ``model``+``tokenizer`` (+ json ``extra``, + a manifest) to
+    ``path``; ``state_dict`` overrides the weights (the gathered tensors of a sharded
+    model)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    kw = {"state_dict": state_dict} if state_dict is not None else {}
-    model.save_pretrained(tmp, safe_serialization=True, **kw)
-    tokenizer.save_pretrained(tmp)
-    if extra:
-        (tmp / "turngym_state.json").write_text(json.dumps(extra, indent=1, default=str))
+    _write_model(tmp, model, tokenizer, extra, state_dict)
+    write_manifest(tmp)
     _fsync_tree(tmp)
-    old = path.with_name(f".{path.name}.old{os.getpid()}")
-    if path.exists():
-        os.replace(path, old)
-    os.replace(tmp, path)
+    _replace_dir(tmp, path)
+    return path
+
+
+def _write_model(directory: Path, model, tokenizer, extra, state_dict) -> None:
+    kw = {"state_dict": state_dict} if state_dict is not None else {}
+    model.save_pretrained(directory, safe_serialization=True, **kw)
+    tokenizer.save_pretrained(directory)
+    if extra:
+        (directory / STATE).write_text(json.dumps(extra, indent=1, default=str))
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    old = dst.with_name(f".{dst.name}.old{os.getpid()}")
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
     if old.exists():
         shutil.rmtree(old)
-    return path
 
 
 class CheckpointManager:
     def __init__(self, root: str | Path, keep: int = 2):
         self.root = Path(root)
         self.keep = max(1, keep)
+
+    def clean_staging(self) -> list[Path]:
+        """Removes leftovers of saves that were killed half-way (``.step_*.staging*``,
+        ``.tmp*``/``.old*`` dirs); returns what was removed."""
+        removed = []
+        if self.root.exists():
+            for p in self.root.iterdir():
+                if p.name.startswith(".") and any(t in p.name for t in (".staging", ".tmp",
+                                                                        ".old")):
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+                    removed.append(p)
+        return removed
 
     def save(self, step: int, model, tokenizer, optimizer=None, state: dict | None = None,
              model_state: dict | None = None, optimizer_state: dict | None = None) -> Path:
@@ -69,65 +140,90 @@ class CheckpointManager:
         name = f"step_{step:06d}"
         state = dict(state or {}, step=step)
         final = self.root / name
-        tmp_parent = self.root / f".{name}.staging{os.getpid()}"
-        if tmp_parent.exists():
-            shutil.rmtree(tmp_parent)
-        save_model_dir(tmp_parent / "ckpt", model, tokenizer, state, model_state)
+        staging = self.root / f".{name}.staging{os.getpid()}"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        _write_model(staging, model, tokenizer, state, model_state)
         if optimizer_state is None and optimizer is not None:
             optimizer_state = optimizer.state_dict()
         if optimizer_state is not None:
-            torch.save(optimizer_state, tmp_parent / "ckpt" / "optimizer.pt")
-        torch.save(_rng_state(), tmp_parent / "ckpt" / "rng.pt")
-        _fsync_tree(tmp_parent)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp_parent / "ckpt", final)
-        shutil.rmtree(tmp_parent, ignore_errors=True)
+            torch.save(optimizer_state, staging / "optimizer.pt")
+        torch.save(rng_state(), staging / "rng.pt")
+        write_manifest(staging)
+        _fsync_tree(staging)
+        _replace_dir(staging, final)
         write_atomic_text(self.root / "latest", name)
-        self._prune()
+        self._prune(keep_also=final)
         return final
 
+    # ------------------------------------------------------------------ finding
+    def candidates(self) -> list[Path]:
+        """Checkpoint dirs, newest step first."""
+        if not self.root.exists():
+            return []
+        return sorted((p for p in self.root.glob("step_*") if p.is_dir()), reverse=True)
+
+    def newest_valid(self) -> tuple[Path | None, list[str]]:
+        """The newest checkpoint whose manifest verifies, and why newer ones were skipped."""
+        skipped = []
+        for p in self.candidates():
+            try:
+                verify_manifest(p)
+                json.loads((p / STATE).read_text())
+                return p, skipped
+            except (CheckpointError, OSError, json.JSONDecodeError) as exc:
+                skipped.append(str(exc))
+        return None, skipped
+
     def latest(self) -> Path | None:
-        marker = self.root / "latest"
-        if not marker.exists():
-            return None
-        p = self.root / marker.read_text().strip()
-        return p if (p / "turngym_state.json").exists() else None
+        return self.newest_valid()[0]
 
     @staticmethod
     def state(path: Path) -> dict:
-        return json.loads((Path(path) / "turngym_state.json").read_text())
+        return json.loads((Path(path) / STATE).read_text())
 
+    # ------------------------------------------------------------------ loading
     @staticmethod
-    def load_optimizer(path: Path, optimizer) -> None:
+    def load_optimizer(path: Path, optimizer, required: bool = True) -> None:
         f = Path(path) / "optimizer.pt"
-        if f.exists():
-            optimizer.load_state_dict(torch.load(f, weights_only=False))
+        if not f.exists():
+            if required:
+                raise CheckpointError(f"{path} has no optimizer.pt; resuming without the "
+                                      "optimizer state would silently reset Adam's moments")
+            return
+        optimizer.load_state_dict(torch.load(f, weights_only=True))
 
     @staticmethod
     def load_rng(path: Path) -> None:
         f = Path(path) / "rng.pt"
-        if f.exists():
-            _set_rng_state(torch.load(f, weights_only=False))
+        if not f.exists():
+            raise CheckpointError(f"{path} has no rng.pt")
+        set_rng_state(torch.load(f, weights_only=True))
 
-    def _prune(self) -> None:
-        ckpts = sorted(p for p in self.root.glob("step_*") if p.is_dir())
-        for p in ckpts[: -self.keep]:
-            shutil.rmtree(p, ignore_errors=True)
+    def _prune(self, keep_also: Path) -> None:
+        for p in self.candidates()[self.keep:]:
+            if p != keep_also:
+                shutil.rmtree(p, ignore_errors=True)
 
 
-def _rng_state() -> dict:
-    import random
-
-    import numpy as np
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
+def rng_state() -> dict:
+    """Python, numpy and torch RNG state as tensors and ints only (safe to load with
+    ``weights_only=True``)."""
+    py_version, py_state, py_gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {"python_version": py_version,
+            "python_state": torch.tensor(py_state, dtype=torch.int64),
+            "python_gauss": py_gauss,
+            "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "numpy_pos": int(np_state[2]), "numpy_has_gauss": int(np_state[3]),
+            "numpy_gauss": float(np_state[4]),
             "torch": torch.get_rng_state()}
 
 
-def _set_rng_state(s: dict) -> None:
-    import random
-
-    import numpy as np
-    random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
+def set_rng_state(s: dict) -> None:
+    random.setstate((s["python_version"], tuple(int(x) for x in s["python_state"].tolist()),
+                     s["python_gauss"]))
+    np.random.set_state(("MT19937", s["numpy_keys"].numpy().astype(np.uint32), s["numpy_pos"],
+                         s["numpy_has_gauss"], s["numpy_gauss"]))
     torch.set_rng_state(s["torch"])

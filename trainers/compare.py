@@ -1,12 +1,25 @@
-"""Credit-module comparison: one shared warm start, then the same RL run (same seeds,
-tasks and sampler streams) with each credit estimator; learning curves on one plot.
+"""Credit-estimator comparison with statistics.
+
+For every seed: ONE warm start (SFT once, evaluated once), then the same RL run --
+same budget (steps, tasks per step, group size), same task streams and sampler seeds
+-- with each estimator, all starting from that warm start.  Final evaluation uses
+fixed task sets (``eval.num_tasks`` per split, identical for every estimator), so
+estimators are compared *paired*: on the same tasks, from the same warm start.
+
+Statistics (``paired_bootstrap``): a two-level bootstrap that resamples seeds, then
+tasks within each seed (the same resampled tasks for every estimator): it carries
+both the seed-to-seed variance of RL and the finite-sample noise of the evaluation.
+Each estimator gets the mean final success over seeds and its 95% CI; each
+estimator other than the baseline gets the paired difference to the baseline
+(``grpo``) with its 95% CI.  Seeds are given up front (``--seeds``), never chosen
+after the fact.
 
 Layout (``output_dir``)::
 
-    shared/              the warm-start run (SFT once; its warmstart/ is copied to each)
-    <credit name>/       a full training run per estimator (metrics.jsonl, summary.json, ...)
-    compare.json         final eval per estimator and split
-    compare.png          train success (smoothed) and eval success vs RL step, per estimator
+    seed_<s>/shared/warmstart/     the seed's warm start (+ warmstart_eval.json)
+    seed_<s>/<estimator>/          a full training run (metrics.jsonl, summary.json, ...)
+    compare.json                   per estimator: seeds, finals, mean, ci95; vs baseline
+    compare.png                    learning curves (mean over seeds, band = min..max)
 """
 
 from __future__ import annotations
@@ -16,71 +29,181 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoint import write_atomic_text
-from .metrics import read_metrics
+from ..config import to_dict
+from .checkpoint import CheckpointError, verify_manifest, write_atomic_text
+from .distributed import World
+from .evaluate import evaluate_splits
+from .metrics import MetricsLogger, read_metrics
+from .runtime import quiet_transformers, seed_everything
 
 
 def _with(cfg: DictConfig, **dot) -> DictConfig:
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    cfg = OmegaConf.merge(cfg, {})
     for k, v in dot.items():
         OmegaConf.update(cfg, k, v, merge=False)
     return cfg
 
 
-def compare_credits(cfg: DictConfig, credits: Sequence[str], progress: bool = True) -> dict:
+def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True) -> tuple[Path, dict]:
+    """The seed's warm start (built once; reused when it verifies) and its evaluation."""
+    from ..agents.factory import load_pretrained
+    from .warmstart import run_warmstart
+
+    shared = root / "shared"
+    ws = shared / "warmstart"
+    ev = shared / "warmstart_eval.json"
+    try:
+        verify_manifest(ws)
+        if ev.exists():
+            return ws, json.loads(ev.read_text())
+    except CheckpointError:
+        if shared.exists():
+            shutil.rmtree(shared)
+    shared.mkdir(parents=True, exist_ok=True)
+    quiet_transformers()
+    torch.set_num_threads(max(1, cfg.threads))
+    seed_everything(cfg.seed)
+    log = MetricsLogger(shared / "metrics.jsonl")
+    if not (ws / "config.json").exists():
+        run_warmstart(cfg, shared, log, progress)
+    model, tok = load_pretrained(str(ws), cfg.model.dtype, cfg.model.device)
+    res = evaluate_splits(model, tok, cfg, World.local(), log, 0, progress, label="warm start")
+    log.close()
+    write_atomic_text(ev, json.dumps(res, indent=1))
+    return ws, res
+
+
+def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int] = (0,),
+                    progress: bool = True, baseline: str = "grpo", command: str = "") -> dict:
     from .pipeline import train
 
     root = Path(cfg.output_dir)
-    shared = root / "shared"
-    if not (shared / "warmstart" / "config.json").exists():
-        train(_with(cfg, output_dir=str(shared), **{"rl.steps": 0}), progress=progress)
-    results: dict = {"credits": list(credits), "runs": {}}
-    for name in credits:
-        out = root / name
-        if not (out / "warmstart" / "config.json").exists():
-            shutil.copytree(shared / "warmstart", out / "warmstart", dirs_exist_ok=True)
-        run_cfg = _with(cfg, output_dir=str(out), **{"rl.credit.name": name})
-        if not (out / "summary.json").exists():
-            train(run_cfg, resume=True, progress=progress)
-        summary = json.loads((out / "summary.json").read_text())
-        results["runs"][name] = {"warmstart_eval": summary.get("warmstart_eval", {}),
-                                 "final_eval": summary.get("final_eval", {})}
+    runs: dict = {}
+    for seed in seeds:
+        scfg = _with(cfg, seed=int(seed))
+        sroot = root / f"seed_{seed}"
+        ws, ws_eval = shared_warm_start(_with(scfg, output_dir=str(sroot / "shared")), sroot,
+                                        progress)
+        for name in credits:
+            out = sroot / name
+            run_cfg = _with(scfg, output_dir=str(out), **{"rl.credit.name": name})
+            if name != cfg.rl.credit.name:
+                OmegaConf.update(run_cfg, "rl.credit.params", {}, merge=False)
+            if not (out / "summary.json").exists():
+                started = (out / "config.yaml").exists()
+                train(run_cfg, resume=started, progress=progress, warm_start=ws,
+                      warm_start_eval=ws_eval)
+            summary = json.loads((out / "summary.json").read_text())
+            runs.setdefault(name, {})[int(seed)] = summary
+    results = summarize_comparison(runs, list(credits), list(cfg.env.eval_splits), baseline)
+    results["command"] = command
+    results["config"] = to_dict(cfg)
     write_atomic_text(root / "compare.json", json.dumps(results, indent=1))
     try:
-        plot_comparison(root, credits, root / "compare.png")
+        plot_comparison(root, credits, seeds, root / "compare.png")
     except Exception as exc:  # the numbers matter more than the picture
         print(f"warning: could not plot the comparison: {exc}")
     return results
 
 
+# ------------------------------------------------------------------------ statistics
+def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None,
+                     n_boot: int = 10000, seed: int = 0) -> dict:
+    """``per_seed[name][k]``: per-task successes of estimator ``name`` on seed k (same tasks
+    for every estimator within a seed).  Returns means, 95% CIs and paired differences."""
+    names = list(per_seed)
+    S = len(per_seed[names[0]])
+    T = min(len(x) for v in per_seed.values() for x in v)
+    data = np.stack([np.stack([np.asarray(x[:T], dtype=np.float64) for x in per_seed[n]])
+                     for n in names])  # [E, S, T]
+    rng = np.random.default_rng(seed)
+    s_idx = rng.integers(0, S, size=(n_boot, S))
+    t_idx = rng.integers(0, T, size=(n_boot, S, T))
+    # [E, B, S, T] -> mean over tasks and seeds: [E, B]
+    boot = data[:, s_idx[:, :, None], t_idx].mean(axis=(2, 3))
+    out: dict = {"estimators": {}, "vs_baseline": {}, "n_boot": n_boot,
+                 "seeds": S, "tasks_per_seed": T}
+    for e, name in enumerate(names):
+        per_seed_means = data[e].mean(axis=1)
+        out["estimators"][name] = {
+            "final": [float(x) for x in per_seed_means], "mean": float(per_seed_means.mean()),
+            "ci95": [float(np.percentile(boot[e], 2.5)), float(np.percentile(boot[e], 97.5))]}
+    if baseline in names:
+        b = names.index(baseline)
+        for e, name in enumerate(names):
+            if e == b:
+                continue
+            diff = boot[e] - boot[b]
+            out["vs_baseline"][name] = {
+                "diff_mean": float(data[e].mean() - data[b].mean()),
+                "ci95": [float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))],
+                "p_leq_0": float((diff <= 0).mean())}
+    return out
+
+
+def summarize_comparison(runs: dict, credits: list[str], splits: list[str],
+                         baseline: str) -> dict:
+    """compare.json: per split, the bootstrap statistics of final success."""
+    seeds = sorted(next(iter(runs.values())))
+    res: dict = {"credits": credits, "seeds": seeds, "baseline": baseline, "splits": {}}
+    for split in splits:
+        per_seed = {n: [np.asarray(runs[n][s]["final_eval"][split]["per_task_success"])
+                        for s in seeds] for n in credits}
+        stats = paired_bootstrap(per_seed, baseline)
+        for n in credits:
+            stats["estimators"][n]["seeds"] = seeds
+            stats["estimators"][n]["warmstart"] = [
+                float(runs[n][s]["warmstart_eval"][split]["success"]) for s in seeds]
+        res["splits"][split] = stats
+    res["episodes_per_eval"] = res["splits"][splits[0]]["tasks_per_seed"]
+    return res
+
+
+# ------------------------------------------------------------------------ plot
 def _smooth(xs: list[float], k: int) -> list[float]:
     return [sum(xs[max(0, i - k + 1): i + 1]) / len(xs[max(0, i - k + 1): i + 1])
             for i in range(len(xs))]
 
 
-def plot_comparison(root: Path, credits: Sequence[str], png: Path) -> Path:
+def plot_comparison(root: Path, credits: Sequence[str], seeds: Sequence[int], png: Path) -> Path:
+    """Train success (smoothed) and eval success vs RL step: mean over seeds, band =
+    min..max over seeds."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    recs0 = read_metrics(root / f"seed_{seeds[0]}" / credits[0] / "metrics.jsonl")
+    splits = sorted({r.get("split") for r in recs0 if r["phase"] == "eval"})
+    fig, axes = plt.subplots(1, 1 + len(splits), figsize=(5.5 * (1 + len(splits)), 4))
     for i, name in enumerate(credits):
-        recs = read_metrics(root / name / "metrics.jsonl")
-        train = sorted((r for r in recs if r["phase"] == "rl"), key=lambda r: r["step"])
         color = f"C{i}"
-        if train:
+        curves: dict = {"train": []}
+        for s in seeds:
+            recs = read_metrics(root / f"seed_{s}" / name / "metrics.jsonl")
+            train = sorted((r for r in recs if r["phase"] == "rl"), key=lambda r: r["step"])
             succ = [r.get("success_rate", 0.0) for r in train]
-            axes[0].plot([r["step"] for r in train], _smooth(succ, max(1, len(succ) // 8)),
-                         color=color, label=name)
-        evals = [r for r in recs if r["phase"] == "eval"]
-        for j, split in enumerate(sorted({r.get("split") for r in evals})):
-            pts = sorted((r["step"], r["success"]) for r in evals if r.get("split") == split)
-            axes[1].plot([p[0] for p in pts], [p[1] for p in pts], "o-" if j == 0 else "s--",
-                         color=color, label=f"{name} [{split}]")
-    axes[0].set_title("train success (smoothed)")
-    axes[1].set_title("eval success (fixed tasks and sampler seed)")
+            curves["train"].append(([r["step"] for r in train],
+                                    _smooth(succ, max(1, len(succ) // 8))))
+            for split in splits:
+                pts = sorted((r["step"], r["success"]) for r in recs
+                             if r["phase"] == "eval" and r.get("split") == split)
+                curves.setdefault(split, []).append(([p[0] for p in pts], [p[1] for p in pts]))
+        for ax, key in zip(axes, ["train"] + splits):
+            series = [c for c in curves.get(key, []) if c[0]]
+            if not series:
+                continue
+            n = min(len(c[0]) for c in series)
+            x = series[0][0][:n]
+            y = np.array([c[1][:n] for c in series])
+            ax.plot(x, y.mean(0), color=color, label=name, marker="o" if key != "train" else None)
+            ax.fill_between(x, y.min(0), y.max(0), color=color, alpha=0.15)
+    axes[0].set_title(f"train success (smoothed), {len(seeds)} seeds")
+    for ax, split in zip(axes[1:], splits):
+        ax.set_title(f"eval success [{split}]")
     for ax in axes:
         ax.set_xlabel("RL step")
         ax.set_ylabel("success rate")
@@ -93,10 +216,14 @@ def plot_comparison(root: Path, credits: Sequence[str], png: Path) -> Path:
 
 def format_comparison(results: dict) -> str:
     lines = []
-    for name, run in results["runs"].items():
-        for split, m in run["final_eval"].items():
-            ws = run["warmstart_eval"].get(split, {}).get("success")
-            extra = f" (warm start {ws:.3f})" if ws is not None else ""
-            f1 = f", F1 {m['f1']:.3f}" if "f1" in m else ""
-            lines.append(f"{name:<14s} [{split}] success {m['success']:.3f}{f1}{extra}")
+    for split, st in results["splits"].items():
+        lines.append(f"[{split}] final success, mean over seeds {results['seeds']} "
+                     f"(95% CI, {st['tasks_per_seed']} tasks per seed):")
+        for name, e in st["estimators"].items():
+            lo, hi = e["ci95"]
+            d = st["vs_baseline"].get(name)
+            vs = (f"   vs {results['baseline']}: {d['diff_mean']:+.3f} "
+                  f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]") if d else ""
+            lines.append(f"  {name:<16s} {e['mean']:.3f} [{lo:.3f}, {hi:.3f}]  "
+                         f"warm start {np.mean(e['warmstart']):.3f}{vs}")
     return "\n".join(lines)

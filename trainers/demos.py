@@ -19,14 +19,19 @@ import gymnasium as gym
 
 from ..agents.observation import render_observation
 from ..agents.prompting import ChatPrompter
+from ..agents.transcript import Transcript
+from ..envs.base import HasOracle
+from ..types import ContextMode
 from .batching import TokenRow
 
 
 @dataclass(frozen=True)
 class Demo:
-    first_observation: str
-    steps: tuple[tuple[str, str, bool], ...]  # (action, observation, is_expert)
+    first_observation: str  # as the agent sees it (admissible commands appended if shown)
+    steps: tuple[tuple[str, str, bool], ...]  # (action, observation as shown, is_expert)
     task_id: str
+    first_plain: str = ""  # without the shown extras (window mode keeps history plain)
+    plain: tuple[str, ...] = ()  # each step's observation without the shown extras
 
 
 def corrupt_action(action: str, words: list[str], rng: random.Random) -> str:
@@ -40,11 +45,11 @@ def corrupt_action(action: str, words: list[str], rng: random.Random) -> str:
 def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, seed: int,
                   max_turns: int, progress=None, show_admissible: bool = False,
                   corrupt: float = 0.0) -> list[Demo]:
-    """Observations are stored as the agent would see them (see ``render_observation``)."""
+    """Observations are stored as the agent would see them (see ``render_observation``)
+    and plain."""
     env = make_env()
-    expert = getattr(env.unwrapped, "oracle_action", None)
-    if expert is None:
-        raise TypeError(f"{type(env.unwrapped).__name__} has no oracle_action(); "
+    if not isinstance(env.unwrapped, HasOracle):
+        raise TypeError(f"{type(env.unwrapped).__name__} has no oracle_action() (HasOracle); "
                         "disable warmstart or give the env an expert")
     rng = random.Random(seed)
     demos: list[Demo] = []
@@ -54,8 +59,8 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
         task_seed = rng.randrange(2**31 - 1)
         attempts += 1
         obs0, info = env.reset(seed=task_seed)
-        obs0 = render_observation(obs0, info, show_admissible)
-        steps = []
+        shown0 = render_observation(obs0, info, show_admissible)
+        steps, plain = [], []
         won = False
         for _ in range(max_turns):
             expert = env.unwrapped.oracle_action()
@@ -70,11 +75,13 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
             words.extend(w for w in obs.lower().replace(",", " ").replace(".", " ").split()
                          if len(words) < 5000)
             steps.append((a, render_observation(obs, info, show_admissible), a == expert))
+            plain.append(obs)
             if term or trunc:
                 won = bool(term and reward > 0)
                 break
         if won:
-            demos.append(Demo(obs0, tuple(steps), str(info.get("task_id", task_seed))))
+            demos.append(Demo(shown0, tuple(steps), str(info.get("task_id", task_seed)),
+                              obs0, tuple(plain)))
             if progress is not None:
                 progress(1)
     env.close()
@@ -92,25 +99,44 @@ def demo_texts(demos: list[Demo]) -> list[str]:
 
 
 def demo_rows(demos: list[Demo], prompter: ChatPrompter, tokenizer, action_format: str,
-              max_tokens: int, train_on_noise: bool = False) -> list[TokenRow]:
-    """Token rows with loss on the expert's responses (and injected ones if asked)."""
+              max_tokens: int, train_on_noise: bool = False,
+              context_mode: ContextMode = ContextMode.FULL, window_turns: int = 4
+              ) -> list[TokenRow]:
+    """Token rows with loss on the expert's responses (and injected ones if asked).
+
+    The context is built by the rollout's own :class:`~turngym.agents.transcript.Transcript`,
+    so a demo row is token for token what the policy would see: one row per demo in
+    full-history mode, one row per trained step in window mode."""
     eos = tokenizer.eos_token_id
+    mode = ContextMode(context_mode)
     rows = []
     for d in demos:
-        ids = prompter.initial_ids(d.first_observation)
-        mask = [0.0] * len(ids)
+        tr = Transcript(prompter, mode, window_turns, d.first_plain or d.first_observation,
+                        d.first_observation)
+        ids: list[int] = []
+        mask: list[float] = []
         for k, (a, o, is_expert) in enumerate(d.steps):
             resp = list(tokenizer(action_format.format(action=a), add_special_tokens=False)
                         ["input_ids"]) + [eos]
-            ids += resp
-            mask += [1.0 if (is_expert or train_on_noise) else 0.0] * len(resp)
+            train = 1.0 if (is_expert or train_on_noise) else 0.0
+            if mode is ContextMode.WINDOW:
+                prompt = tr.prompt()
+                if train and len(prompt) + len(resp) <= max_tokens:
+                    rows.append(_row(prompt + resp, [0.0] * len(prompt) + [1.0] * len(resp)))
+            else:
+                new = tr.pending() if k else tr.prompt()
+                ids += new + resp
+                mask += [0.0] * len(new) + [train] * len(resp)
             if k + 1 < len(d.steps):
-                obs = prompter.observation_ids(o, response_stopped=True)
-                ids += obs
-                mask += [0.0] * len(obs)
-        if len(ids) <= max_tokens:
-            rows.append(TokenRow(ids, mask, [0.0] * len(ids), [0.0] * len(ids)))
+                plain = d.plain[k] if d.plain else o
+                tr.add(resp, True, plain, o)
+        if mode is ContextMode.FULL and len(ids) <= max_tokens:
+            rows.append(_row(ids, mask))
     return rows
+
+
+def _row(ids: list[int], mask: list[float]) -> TokenRow:
+    return TokenRow(ids, mask, [0.0] * len(ids), [0.0] * len(ids))
 
 
 def lm_rows(texts: list[str], tokenizer, row_tokens: int) -> list[TokenRow]:

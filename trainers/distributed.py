@@ -68,6 +68,12 @@ class World:
         dist.all_gather_object(out, obj)
         return out
 
+    def concat_gather(self, items: list[T]) -> list[T]:
+        """Every rank's list, concatenated in rank order (the list itself on one process)."""
+        if not self.distributed:
+            return items
+        return [x for part in self.all_gather(items) for x in part]
+
     def broadcast(self, obj: T, src: int = 0) -> T:
         if not self.distributed:
             return obj

@@ -8,7 +8,7 @@ number of micro-batches (short ranks run zero-weight padding rows), because each
 forward and backward is a collective.
 
 Forwards that are naturally rank-local (sampling with the transformers backend,
-answer scoring, entropies, old log-probs) run inside :func:`gathered`: every sharded
+answer scoring, entropies, old log-probs) run inside :func:`unsharded`: every sharded
 module is unsharded once and kept so, so they issue no collectives and may differ
 in number between ranks.  That costs a full copy of the weights for the duration,
 as replicated training would; the saving is in gradients and optimizer state.
@@ -66,7 +66,7 @@ def shard_model(model, world: World):
 
 
 @contextlib.contextmanager
-def gathered(model) -> Iterator[None]:
+def unsharded(model) -> Iterator[None]:
     """Full parameters on every rank for rank-local forwards (no collectives inside)."""
     mods = _fsdp_modules(model) if is_sharded(model) else []
     if not mods:

@@ -1,11 +1,19 @@
-"""``turngym train`` / ``turngym eval``: warm-start, RL loop, evaluation, checkpoints.
+"""``turngym train``: the whole job as named phases, top to bottom.
+
+    open the run dir -> warm start -> evaluate it -> set up RL ->
+    per step: rollout -> credit -> update -> log -> (evaluate) -> (checkpoint)
+    -> final evaluation -> final model, summary, plot
+
+Each phase is a function in the module named for it (``warmstart``, ``rollout``,
+``credit``, ``update``, ``evaluate``, ``checkpoint``, ``run``); this module only wires
+them.  Under ``torchrun`` every rank runs this; rank 0 writes all files.
 
 Run layout (``output_dir``)::
 
-    config.yaml          resolved config
+    config.yaml          resolved config (a resume must match it; see trainers/run.py)
     metrics.jsonl        one record per SFT/RL step and per evaluation
-    warmstart/           the warm-started model (also the KL reference)
-    checkpoints/step_N/  atomic RL checkpoints; checkpoints/latest names the newest
+    warmstart/           the warm-started model (also the KL/TRACE reference)
+    checkpoints/step_N/  atomic, checksummed RL checkpoints (the last step always saved)
     final/               the final model
     learning_curve.png   success and episode-length curves
     summary.json         warm-start vs final eval numbers
@@ -13,124 +21,62 @@ Run layout (``output_dir``)::
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from .. import credit as credit_lib
-from ..agents.branching import continue_from
 from ..agents.factory import build_policy, load_pretrained
-from ..agents.hf_backend import HFPolicy
+from ..agents.policy import SupportsRelease, SupportsWeightSync
 from ..agents.prompting import ChatPrompter
-from ..agents.rollout import EnvPool, rollout
-from ..types import TrajectoryGroup
-from .checkpoint import CheckpointManager, save_model_dir, write_atomic_text
+from ..agents.rollout import EnvPool, RolloutConfig
+from ..config import to_dict
+from .checkpoint import CheckpointManager, save_model_dir, verify_manifest, write_atomic_text
+from .credit import Brancher, assign_step_credit, credit_context
 from .distributed import World, close_world, init_world
-from .evaluate import format_report, summarize
-from .fsdp import (
-    full_optimizer_state,
-    full_state_dict,
-    gathered,
-    load_full_optimizer_state,
-    shard_model,
-)
+from .evaluate import evaluate_model, evaluate_splits
+from .fsdp import (full_optimizer_state, full_state_dict, load_full_optimizer_state,
+                   shard_model, unsharded)
 from .hardware import enable_gradient_checkpointing
 from .lora import AdapterOff, add_lora, export_weights, is_lora, load_adapter, merged_copy
 from .metrics import MetricsLogger, plot_learning_curve
-from .rl import PolicyGradientTrainer
+from .rollout import collect_groups
+from .run import ResumePoint, RunError, prepare_run_dir
+from .samples import log_samples
 from .runtime import env_factory, quiet_transformers, rollout_config, seed_everything
+from .summary import summarize, without_tokens
+from .update import PolicyGradientTrainer
 from .warmstart import run_warmstart
 
-__all__ = ["env_factory", "rollout_config", "train", "evaluate_model", "evaluate_checkpoint",
-           "credit_context", "make_judge"]
+__all__ = ["train", "evaluate_model", "env_factory", "rollout_config", "RunError"]
 
 
-def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool = True,
-                   world: World | None = None, policy=None) -> dict:
-    """Fixed task set (indices seed_offset..+num_tasks) and a fixed sampler seed,
-    so two models are compared on identical tasks and random streams.  Under
-    ``torchrun`` each rank plays a strided share of the tasks and every rank
-    returns the metrics of all of them."""
-    world = world or World.local()
-    seed = cfg.seed + 7919 + world.rank
-    if policy is None:
-        policy = HFPolicy(model, tokenizer, max_batch_size=cfg.agent.max_batch_size,
-                          generator_seed=seed, precision=cfg.model.autocast)
-    else:
-        policy.generator.manual_seed(seed)
-    prompter = ChatPrompter(tokenizer, cfg.agent.system_prompt)
-    pool = EnvPool(env_factory(cfg, split))
-    seeds = world.shard(range(cfg.eval.seed_offset, cfg.eval.seed_offset + cfg.eval.num_tasks))
-    rcfg = rollout_config(cfg, temperature=cfg.eval.temperature, greedy=cfg.eval.greedy)
-    groups: list[TrajectoryGroup] = []
-    chunk = max(1, cfg.agent.max_batch_size)
-    bar = tqdm(total=len(seeds), desc=f"eval {split}", leave=False, disable=not progress)
-    for s in range(0, len(seeds), chunk):
-        groups += rollout(policy, prompter, pool, seeds[s:s + chunk], 1, rcfg)
-        bar.update(len(seeds[s:s + chunk]))
-    bar.close()
-    return _summarize_all(world, groups)
+@dataclass
+class RLRun:
+    """Everything the RL loop uses, built once by :func:`setup_rl`."""
 
-
-def _gathered(world: World, items: list) -> list:
-    """Every rank's list, concatenated in rank order (the list itself on one process)."""
-    return items if not world.distributed else [x for part in world.all_gather(items)
-                                                for x in part]
-
-
-def _without_tokens(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
-    """The groups as metrics see them: token ids and log-probs dropped, so gathering
-    every rank's episodes for a log record moves kilobytes, not the whole batch."""
-    empty = ((), (), (), ())
-    return [TrajectoryGroup(tuple(
-        dataclasses.replace(t, turns=tuple(dataclasses.replace(
-            x, **dict(zip(("prompt_ids", "response_ids", "response_mask", "logprobs"), empty)))
-            for x in t.turns)) for t in g), g.task_id) for g in groups]
-
-
-def _summarize_all(world: World, groups: list[TrajectoryGroup]) -> dict:
-    local = groups if not world.distributed else _without_tokens(groups)
-    return summarize(_gathered(world, local))
-
-
-def credit_context(needs, policy, model, ref, tokenizer, params: dict, brancher=None,
-                   precision: str | None = None) -> credit_lib.CreditContext:
-    """Builds the services the chosen estimator declared (answer scorers over the
-    current policy and/or the frozen warm-start reference)."""
-    template = params.get("answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
-    if not hasattr(policy, "model"):  # e.g. vLLM: estimators read entropies off the
-        policy = HFPolicy(model, tokenizer, precision=precision)  # trainer's copy instead
-    ctx = credit_lib.CreditContext(policy=policy, reference=ref, brancher=brancher)
-    if "scorer" in needs:
-        ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template, precision=precision)
-    if "reference_scorer" in needs:
-        ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template,
-                                                     precision=precision)
-    if "judge" in needs:
-        ctx.judge = make_judge(params.get("judge") or {"kind": "oracle"})
-    return ctx
-
-
-def make_judge(spec: dict):
-    """``{"kind": "oracle"}`` or ``{"kind": "openai", "base_url": ..., ...OpenAIJudge args}``."""
-    from ..credit.llm_judge import OpenAIJudge
-    from ..credit.roles import OracleJudge
-
-    spec = dict(spec)
-    kind = spec.pop("kind", "oracle")
-    if kind == "oracle":
-        return OracleJudge()
-    if kind == "openai":
-        if "base_url" not in spec:
-            raise ValueError("an openai judge needs base_url (e.g. http://127.0.0.1:8001/v1)")
-        return OpenAIJudge(**spec)
-    raise ValueError(f"unknown judge kind {kind!r}; use oracle or openai")
+    model: Any
+    tokenizer: Any
+    reference: Any
+    optimizer: torch.optim.Optimizer
+    trainer: PolicyGradientTrainer
+    policy: Any
+    eval_policy: Any
+    prompter: ChatPrompter
+    pool: EnvPool
+    rcfg: RolloutConfig
+    params: Any  # the estimator's typed params
+    credit_ctx: credit_lib.CreditContext
+    brancher: Brancher
+    checkpoints: CheckpointManager
+    sharded: bool
 
 
 class _NoLog:
@@ -143,6 +89,206 @@ class _NoLog:
         pass
 
 
+# ------------------------------------------------------------------------ the job
+def train(cfg: DictConfig, resume: bool = False, progress: bool = True,
+          overwrite: bool = False, warm_start: str | Path | None = None,
+          warm_start_eval: dict | None = None) -> dict:
+    """Runs the whole job; returns the summary also written to ``summary.json``.
+
+    ``warm_start``: an existing warm-start model directory to start RL from instead of
+    training one, and ``warm_start_eval`` its evaluation on this config's eval splits
+    (``turngym compare`` gives every estimator the same one)."""
+    world, owned = init_world()
+    try:
+        return _train(_resolve_device(cfg, world), world, resume, overwrite,
+                      progress and world.is_main, warm_start, warm_start_eval)
+    finally:
+        if owned:
+            close_world(world)
+
+
+def _train(cfg: DictConfig, world: World, resume: bool, overwrite: bool, progress: bool,
+           warm_start, warm_start_eval) -> dict:
+    quiet_transformers()
+    torch.set_num_threads(max(1, cfg.threads))
+    seed_everything(cfg.seed)
+    t_start = time.time()
+    point, log = open_run(cfg, world, resume, overwrite)
+    model, tok, summary = warm_start_phase(cfg, point, world, log, progress, warm_start)
+    if "warmstart_eval" not in summary and warm_start_eval is not None:
+        summary["warmstart_eval"] = warm_start_eval
+        for split, m in warm_start_eval.items():
+            log.log(0, "eval", {"split": split, **m})
+    if "warmstart_eval" not in summary:
+        summary["warmstart_eval"] = evaluate_splits(model, tok, cfg, world, log, 0, progress,
+                                                    label="warm-start")
+    run = setup_rl(cfg, model, tok, point, world)
+    bar = tqdm(range(point.step, cfg.rl.steps), initial=point.step, total=cfg.rl.steps,
+               desc="RL", disable=not progress)
+    for step in bar:
+        rec = rl_step(run, cfg, step, world, log)
+        bar.set_postfix(succ=f"{rec['success_rate']:.2f}", turns=f"{rec['mean_turns']:.1f}")
+        done = step + 1
+        if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.rl.steps:
+            evaluate_splits(run.model, tok, cfg, world, log, done, progress, run.eval_policy)
+        if done == cfg.rl.steps or (cfg.checkpoint.every and done % cfg.checkpoint.every == 0):
+            save_checkpoint(run, done, world, summary)
+    bar.close()
+    summary["final_eval"] = evaluate_splits(run.model, tok, cfg, world, log, cfg.rl.steps,
+                                            progress, run.eval_policy, label="final")
+    summary["wall_seconds_this_run"] = time.time() - t_start
+    finish_run(cfg, run, world, log, summary)
+    return summary
+
+
+# ------------------------------------------------------------------------ phases
+def open_run(cfg: DictConfig, world: World, resume: bool, overwrite: bool):
+    """Checks and prepares the run dir (rank 0), prints the start banner, opens the log."""
+    point = None
+    if world.is_main:
+        point = prepare_run_dir(cfg, resume, overwrite)
+        _banner(cfg, world, point)
+    point = world.broadcast(point)
+    log = (MetricsLogger(Path(cfg.output_dir) / "metrics.jsonl", cfg.logging.trackers,
+                         cfg.output_dir, cfg.logging.project, to_dict(cfg))
+           if world.is_main else _NoLog())
+    for note in point.notes:
+        log.log(point.step, "resume", {"note": note})
+    return point, log
+
+
+def warm_start_phase(cfg: DictConfig, point: ResumePoint, world: World, log, progress: bool,
+                     warm_start=None):
+    """(model, tokenizer, summary so far): the checkpoint to resume, the verified warm
+    start, a given warm-start directory, or a fresh warm start (rank 0 alone; the other
+    ranks load what it saved, so all begin from bit-identical weights)."""
+    out = Path(cfg.output_dir)
+    dtype, device = cfg.model.dtype, cfg.model.device
+    if point.checkpoint is not None:
+        state = CheckpointManager.state(point.checkpoint)
+        if state.get("lora"):
+            model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
+            model = load_adapter(model, point.checkpoint)
+        else:
+            model, tok = load_pretrained(str(point.checkpoint), dtype, device)
+        return model, tok, dict(state.get("summary", {}))
+    if not point.warmstart and world.is_main:
+        if warm_start is not None:
+            verify_manifest(Path(warm_start))
+            shutil.copytree(warm_start, out / "warmstart", dirs_exist_ok=True)
+        else:
+            run_warmstart(cfg, out, log, progress)
+    world.barrier()
+    model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
+    if world.is_main:
+        n = sum(p.numel() for p in model.parameters())
+        print(f"model: {n / 1e6:.2f} M parameters, vocabulary {len(tok)}", flush=True)
+    return model, tok, {}
+
+
+def setup_rl(cfg: DictConfig, model, tok, point: ResumePoint, world: World) -> RLRun:
+    """Reference, LoRA/checkpointing, sharding, optimizer (restored on resume), trainer,
+    sampler, env pool and the credit estimator's services."""
+    rl, out = cfg.rl, Path(cfg.output_dir)
+    name = rl.credit.name
+    params = credit_lib.make_params(name, to_dict(rl.credit.params) if rl.credit.params
+                                    else {})
+    needs = credit_lib.requirements(name)
+    model, ref = _prepare_model(cfg, model, out, needs)
+    sharded = rl.data_parallel == "fsdp" and world.distributed
+    if sharded:
+        shard_model(model, world)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rl.lr,
+                            weight_decay=rl.weight_decay)
+    ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
+    if point.checkpoint is not None:
+        _restore_optimizer(point.checkpoint, model, opt, sharded)
+        ckpts.load_rng(point.checkpoint)
+    trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
+                                    ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
+                                    precision=cfg.model.autocast)
+    policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
+                          seed=cfg.seed + world.rank, precision=cfg.model.autocast)
+    if isinstance(policy, SupportsWeightSync) and (point.checkpoint is not None
+                                                   or is_lora(model)):
+        policy.sync_weights(_export(model, sharded))  # the engine started from the warm start
+    prompter = ChatPrompter(tok, cfg.agent.system_prompt)
+    pool = EnvPool(env_factory(cfg, cfg.env.train_split))
+    rcfg = rollout_config(cfg)
+    brancher = Brancher(policy, prompter, pool, rcfg, point.step)
+    ctx = credit_context(name, params, policy, model, ref, tok, brancher, cfg.model.autocast)
+    return RLRun(model, tok, ref, opt, trainer, policy,
+                 None if cfg.agent.backend == "hf" else policy, prompter, pool, rcfg, params,
+                 ctx, brancher, ckpts, sharded)
+
+
+def rl_step(run: RLRun, cfg: DictConfig, step: int, world: World, log) -> dict:
+    """rollout -> credit -> update -> weight sync -> one log record."""
+    t0 = time.time()
+    with unsharded(run.model):
+        groups = collect_groups(run.policy, run.prompter, run.pool, run.rcfg, cfg, step, world)
+        t_roll = time.time() - t0
+        t1 = time.time()
+        run.brancher.version = step
+        trained, credits, credit_metrics = assign_step_credit(cfg.rl.credit.name, run.params,
+                                                              groups, run.credit_ctx)
+        t_credit = time.time() - t1
+        if world.is_main:  # a bounded sample of groups for `turngym view` (trainers/samples.py)
+            log_samples(cfg, step + 1, trained, credits, run.params, run.credit_ctx, run.tokenizer)
+    if isinstance(run.policy, SupportsRelease):
+        run.policy.release()  # vLLM sleep mode: free the engine's memory for the update
+    t2 = time.time()
+    upd = run.trainer.update(trained, credits)
+    if isinstance(run.policy, SupportsWeightSync):
+        run.policy.sync_weights(_export(run.model, run.sharded))
+    t_upd = time.time() - t2
+    rec = _step_record(world, groups, credits, upd, credit_metrics,
+                       {"rollout_s": t_roll, "credit_s": t_credit, "update_s": t_upd})
+    log.log(step + 1, "rl", rec)
+    return rec
+
+
+def save_checkpoint(run: RLRun, step: int, world: World, summary: dict) -> None:
+    """Rank 0 writes; under FSDP every rank first takes part in gathering the full
+    weights and optimizer state."""
+    state = {"phase": "rl", "summary": summary, "lora": is_lora(run.model),
+             "sharded": run.sharded}
+    tok, model = run.tokenizer, run.model
+    if run.sharded:
+        weights = full_state_dict(model, cpu=True)
+        opt_state = full_optimizer_state(model, run.optimizer)
+        if world.is_main:
+            run.checkpoints.save(step, model, tok, None, state, model_state=weights,
+                                 optimizer_state=opt_state)
+    else:
+        world.check_in_sync(model)
+        if world.is_main:
+            run.checkpoints.save(step, model, tok, run.optimizer, state)
+    world.barrier()
+
+
+def finish_run(cfg: DictConfig, run: RLRun, world: World, log, summary: dict) -> None:
+    """Final model, summary, learning curve, and the closing line (rank 0)."""
+    out = Path(cfg.output_dir)
+    final_state = full_state_dict(run.model, cpu=True) if run.sharded else None
+    if world.is_main:
+        final = merged_copy(run.model) if is_lora(run.model) else run.model
+        save_model_dir(out / "final", final, run.tokenizer,
+                       {"phase": "final", "step": cfg.rl.steps}, final_state)
+        write_atomic_text(out / "summary.json", json.dumps(summary, indent=1))
+        log.close()
+        written = ["final/", "summary.json", "metrics.jsonl"]
+        try:
+            plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
+            written.append("learning_curve.png")
+        except Exception as exc:  # plotting must never lose a finished run
+            print(f"warning: could not plot the learning curve: {exc}")
+        print(f"done in {summary['wall_seconds_this_run'] / 60:.1f} min; written to {out}: "
+              + ", ".join(written), flush=True)
+    world.barrier()
+
+
+# ------------------------------------------------------------------------ helpers
 def _resolve_device(cfg: DictConfig, world: World) -> DictConfig:
     """Under torchrun each rank takes its own GPU (``cuda`` -> ``cuda:<local_rank>``)."""
     if world.distributed and cfg.model.device == "cuda":
@@ -151,32 +297,23 @@ def _resolve_device(cfg: DictConfig, world: World) -> DictConfig:
     return cfg
 
 
-def _load_start(cfg: DictConfig, out: Path, latest: Path | None, resume: bool, log, world: World,
-                progress: bool):
-    """(model, tokenizer, start step, summary so far) for a fresh, resumed or joined run.
-    Rank 0 alone warm-starts; the other ranks load what it saved, so all ranks begin
-    from bit-identical weights."""
-    dtype, device = cfg.model.dtype, cfg.model.device
-    if latest is not None:
-        state = CheckpointManager.state(latest)
-        if state.get("lora"):
-            model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
-            model = load_adapter(model, latest)
-        else:
-            model, tok = load_pretrained(str(latest), dtype, device)
-        return model, tok, int(state["step"]), state.get("summary", {})
-    if resume and (out / "warmstart" / "config.json").exists():
-        model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
-        return model, tok, 0, {}
-    if world.is_main:
-        model, tok = run_warmstart(cfg, out, log, progress)
-    world.barrier()
-    if not world.is_main:
-        model, tok = load_pretrained(str(out / "warmstart"), dtype, device)
-    return model, tok, 0, {}
+def _banner(cfg: DictConfig, world: World, point: ResumePoint) -> None:
+    m = cfg.model
+    model = (f"tiny {m.num_layers}x{m.hidden_size}" if m.kind == "tiny" else f"hf {m.path}")
+    start = (f"resuming at step {point.step} ({point.checkpoint})" if point.checkpoint
+             else "resuming after the warm start" if point.warmstart else "fresh run")
+    print(f"turngym train: {start}\n  output  {cfg.output_dir}\n  env     {cfg.env.id} "
+          f"(train {cfg.env.train_split}, eval {', '.join(cfg.env.eval_splits)})\n"
+          f"  model   {model} on {m.device}"
+          f"{f' x{world.size} ranks' if world.distributed else ''}, {cfg.threads} threads\n"
+          f"  credit  {cfg.rl.credit.name}, {cfg.rl.steps} RL steps of "
+          f"{cfg.rl.tasks_per_step}x{cfg.rl.group_size} episodes, "
+          f"context {cfg.agent.context_mode.value}", flush=True)
+    for note in point.notes:
+        print(f"  note    {note}", flush=True)
 
 
-def _prepare_for_rl(cfg: DictConfig, model, out: Path, needs) -> tuple:
+def _prepare_model(cfg: DictConfig, model, out: Path, needs) -> tuple:
     """(model, reference): LoRA adapters and activation checkpointing as configured;
     the frozen reference is the warm start (the adapter-free base under LoRA)."""
     rl = cfg.rl
@@ -196,202 +333,39 @@ def _prepare_for_rl(cfg: DictConfig, model, out: Path, needs) -> tuple:
     return model, ref
 
 
-def _step_record(world: World, groups, credits, upd: dict, times: dict) -> dict:
+def _restore_optimizer(latest: Path, model, opt, sharded: bool) -> None:
+    was_sharded = bool(CheckpointManager.state(latest).get("sharded", False))
+    if was_sharded != sharded:
+        raise RunError(f"{latest} was written with rl.data_parallel="
+                       f"{'fsdp' if was_sharded else 'replicate'}; resume with the same")
+    if sharded:
+        load_full_optimizer_state(model, opt, torch.load(latest / "optimizer.pt",
+                                                         weights_only=True))
+    else:
+        CheckpointManager.load_optimizer(latest, opt)
+
+
+def _export(model, sharded: bool):
+    """What a weight-syncing sampler (vLLM) loads after an update."""
+    return list(full_state_dict(model).items()) if sharded else export_weights(model)
+
+
+def _step_record(world: World, groups, credits, upd: dict, credit_metrics: dict,
+                 times: dict) -> dict:
     """One RL log record over all ranks' episodes."""
-    m = _summarize_all(world, groups)
-    rec = {"success_rate": m["success"], "mean_turns": m["mean_turns"],
-           "invalid_action_rate": m["invalid_action_rate"],
-           "format_error_rate": m["format_error_rate"], **upd, **times,
+    local = groups if not world.distributed else without_tokens(groups)
+    m = summarize(world.concat_gather(local))
+    rec = {"success_rate": m.get("success", 0.0), "mean_turns": m.get("mean_turns", 0.0),
+           "invalid_action_rate": m.get("invalid_action_rate", 0.0),
+           "format_error_rate": m.get("format_error_rate", 0.0), **upd, **times,
            "rollout_tok_per_s": upd.get("response_tokens", 0) / max(times["rollout_s"], 1e-9),
            "train_tok_per_s": upd.get("train_tokens", 0) / max(times["update_s"], 1e-9)}
-    metrics = _gathered(world, [c.metrics for c in credits])
+    metrics = world.concat_gather([c.metrics for c in credits])
     for cm in metrics:
         for k, v in cm.items():
             rec[f"credit/{k}"] = rec.get(f"credit/{k}", 0.0) + v / len(metrics)
+    for k, v in credit_metrics.items():
+        rec[f"credit/{k}"] = world.all_reduce_sum([v])[0]
     if world.distributed:
         rec["world_size"] = world.size
     return rec
-
-
-def _restore_optimizer(ckpts: CheckpointManager, latest: Path, model, opt, sharded: bool) -> None:
-    was_sharded = bool(CheckpointManager.state(latest).get("sharded", False))
-    if was_sharded != sharded:
-        raise ValueError(f"{latest} was written with rl.data_parallel="
-                         f"{'fsdp' if was_sharded else 'replicate'}; resume with the same")
-    if sharded:
-        load_full_optimizer_state(model, opt, torch.load(latest / "optimizer.pt",
-                                                         weights_only=False))
-    else:
-        ckpts.load_optimizer(latest, opt)
-
-
-def _save_checkpoint(ckpts: CheckpointManager, step: int, model, tok, opt, world: World,
-                     sharded: bool, state: dict) -> None:
-    """Rank 0 writes; under FSDP every rank first takes part in gathering the full
-    weights and optimizer state."""
-    if sharded:
-        weights, opt_state = full_state_dict(model, cpu=True), full_optimizer_state(model, opt)
-        if world.is_main:
-            ckpts.save(step, model, tok, None, state, model_state=weights,
-                       optimizer_state=opt_state)
-    else:
-        world.check_in_sync(model)
-        if world.is_main:
-            ckpts.save(step, model, tok, opt, state)
-    world.barrier()
-
-
-def train(cfg: DictConfig, resume: bool = False, progress: bool = True) -> dict:
-    """Runs the whole job; returns the summary also written to ``summary.json``.
-    Under ``torchrun`` every rank runs this; rank 0 writes all files."""
-    world, owned = init_world()
-    try:
-        return _train(_resolve_device(cfg, world), world, resume, progress and world.is_main)
-    finally:
-        if owned:
-            close_world(world)
-
-
-def _train(cfg: DictConfig, world: World, resume: bool, progress: bool) -> dict:
-    quiet_transformers()
-    torch.set_num_threads(max(1, cfg.threads))
-    seed_everything(cfg.seed)
-    out = Path(cfg.output_dir)
-    ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
-    latest = ckpts.latest() if resume else None
-    if world.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if not resume and (out / "metrics.jsonl").exists():
-            (out / "metrics.jsonl").unlink()  # a fresh run starts a fresh log
-        write_atomic_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
-    log = MetricsLogger(out / "metrics.jsonl", out / "tensorboard") if world.is_main else _NoLog()
-    t_start = time.time()
-
-    model, tok, start_step, summary = _load_start(cfg, out, latest, resume, log, world, progress)
-    if "warmstart_eval" not in summary:
-        summary["warmstart_eval"] = {}
-        for split in cfg.env.eval_splits:
-            m = evaluate_model(model, tok, cfg, split, progress, world)
-            summary["warmstart_eval"][split] = m
-            log.log(0, "eval", {"split": split, **m})
-            if world.is_main:
-                print(format_report(f"warm-start [{split}]", m), flush=True)
-
-    rl = cfg.rl
-    needs = credit_lib.requirements(rl.credit.name)
-    model, ref = _prepare_for_rl(cfg, model, out, needs)
-    if rl.data_parallel not in ("replicate", "fsdp"):
-        raise ValueError(f"rl.data_parallel must be replicate or fsdp, not {rl.data_parallel!r}")
-    sharded = rl.data_parallel == "fsdp" and world.distributed
-    if sharded:
-        shard_model(model, world)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rl.lr,
-                            weight_decay=rl.weight_decay)
-    if latest is not None:
-        _restore_optimizer(ckpts, latest, model, opt, sharded)
-        ckpts.load_rng(latest)
-    trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
-                                    ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
-                                    precision=cfg.model.autocast)
-
-    def weights():  # what the vLLM engine loads after an update
-        return list(full_state_dict(model).items()) if sharded else export_weights(model)
-
-    policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
-                          seed=cfg.seed + world.rank, precision=cfg.model.autocast)
-    if cfg.agent.backend != "hf" and (latest is not None or is_lora(model)):
-        policy.sync_weights(weights())  # the engine started from the warm start
-    eval_policy = None if cfg.agent.backend == "hf" else policy
-    prompter = ChatPrompter(tok, cfg.agent.system_prompt)
-    pool = EnvPool(env_factory(cfg, cfg.env.train_split))
-    rcfg = rollout_config(cfg)
-    credit_params = OmegaConf.to_container(rl.credit.params, resolve=True) or {}
-    version = {"step": start_step}
-
-    def brancher(points):  # exact-prefix continuations for branch-based credit
-        return continue_from(policy, prompter, pool, points, rcfg, version["step"])
-
-    credit_ctx = credit_context(needs, policy, model, ref, tok, credit_params, brancher,
-                                cfg.model.autocast)
-
-    def evaluate_all(step: int) -> dict:
-        res = {}
-        with gathered(model):  # rank-local forwards on full weights (FSDP)
-            for split in cfg.env.eval_splits:
-                res[split] = evaluate_model(model, tok, cfg, split, progress, world,
-                                            eval_policy)
-                log.log(step, "eval", {"split": split, **res[split]})
-        return res
-
-    bar = tqdm(range(start_step, rl.steps), initial=start_step, total=rl.steps, desc="RL",
-               disable=not progress)
-    for step in bar:
-        step_rng = np.random.default_rng([cfg.seed, step])
-        policy.generator.manual_seed(int(step_rng.integers(2**62)) + world.rank)
-        hi = rl.task_pool if rl.task_pool else 2**31 - 1
-        seeds = world.shard(step_rng.integers(0, hi, size=rl.tasks_per_step).tolist())
-        t0 = time.time()
-        version["step"] = step
-        with gathered(model):
-            groups = (rollout(policy, prompter, pool, seeds, rl.group_size, rcfg,
-                              policy_version=step) if seeds else [])
-            t_roll = time.time() - t0
-            t_c = time.time()
-            credits = (credit_lib.assign_credit(rl.credit.name, groups, credit_params,
-                                                credit_ctx) if groups else [])
-            t_credit = time.time() - t_c
-        if hasattr(policy, "release"):
-            policy.release()  # vLLM sleep mode: free the engine's memory for the update
-        t1 = time.time()
-        upd = trainer.update(groups, credits)
-        if hasattr(policy, "sync_weights"):
-            policy.sync_weights(weights())
-        t_upd = time.time() - t1
-        rec = _step_record(world, groups, credits, upd,
-                           {"rollout_s": t_roll, "update_s": t_upd, "credit_s": t_credit})
-        log.log(step + 1, "rl", rec)
-        bar.set_postfix(succ=f"{rec['success_rate']:.2f}", turns=f"{rec['mean_turns']:.1f}")
-        done = step + 1
-        if cfg.eval.every and done % cfg.eval.every == 0 and done < rl.steps:
-            evaluate_all(done)
-        if cfg.checkpoint.every and done % cfg.checkpoint.every == 0:
-            _save_checkpoint(ckpts, done, model, tok, opt, world, sharded,
-                             {"phase": "rl", "summary": summary, "lora": is_lora(model),
-                              "sharded": sharded})
-    bar.close()
-
-    summary["final_eval"] = evaluate_all(rl.steps)
-    if world.is_main:
-        for split, m in summary["final_eval"].items():
-            print(format_report(f"final [{split}]", m), flush=True)
-    final_state = full_state_dict(model, cpu=True) if sharded else None
-    if world.is_main:
-        final = merged_copy(model) if is_lora(model) else model
-        save_model_dir(out / "final", final, tok, {"phase": "final", "step": rl.steps},
-                       final_state)
-    summary["wall_seconds_this_run"] = time.time() - t_start
-    if world.is_main:
-        write_atomic_text(out / "summary.json", json.dumps(summary, indent=1))
-        log.close()
-        try:
-            png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
-            summary["plot"] = str(png)
-        except Exception as exc:  # plotting must never lose a finished run
-            print(f"warning: could not plot the learning curve: {exc}")
-    world.barrier()
-    return summary
-
-
-def evaluate_checkpoint(cfg: DictConfig, checkpoint: str, splits=None, progress: bool = True
-                        ) -> dict:
-    quiet_transformers()
-    torch.set_num_threads(max(1, cfg.threads))
-    model, tok = load_pretrained(checkpoint, cfg.model.dtype, cfg.model.device)
-    # agent.backend=vllm: the engine loads the checkpoint directory itself
-    policy = None if cfg.agent.backend == "hf" else build_policy(
-        cfg.agent, model, tok, checkpoint, seed=cfg.seed)
-    res = {}
-    for split in splits or cfg.env.eval_splits:
-        res[split] = evaluate_model(model, tok, cfg, split, progress, policy=policy)
-        print(format_report(f"{checkpoint} [{split}]", res[split]), flush=True)
-    return res

@@ -17,6 +17,7 @@ differ by design).  Results go to ``probe.json`` and a bar chart ``probe.png``.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -33,6 +34,9 @@ from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, rollout
 from ..types import TrajectoryGroup
 from .checkpoint import write_atomic_text
+from .credit import Brancher, credit_context
+from .samples import write_probe_samples
+from .runtime import env_factory, quiet_transformers, rollout_config
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -79,33 +83,119 @@ def turn_level(c) -> np.ndarray:
     return np.array(out, dtype=np.float64)
 
 
-def mc_true_advantages(policy, prompter, pool, groups: Sequence[TrajectoryGroup], rcfg,
-                       continuations: int, chunk: int = 256, progress: bool = True
-                       ) -> list[list[np.ndarray]]:
-    """``out[g][i][t]``: V(s_{t+1}) - V(s_t) for turn t of trajectory i of group g."""
+@dataclass
+class MCTruth:
+    """Monte-Carlo truth per turn: ``outcomes[g][i][t]`` holds the continuation outcomes
+    from the state before turn t of trajectory i of group g."""
+
+    outcomes: list[list[np.ndarray]]  # [g][i] -> array [T_i, continuations]
+    final: list[list[float]]  # [g][i]: the trajectory's own outcome (terminal value)
+
+    def values(self, cols: np.ndarray | None = None) -> list[list[np.ndarray]]:
+        """V(s_t) per turn (mean over the given continuation columns), then the outcome."""
+        return [[np.append(o[:, cols].mean(1) if cols is not None else o.mean(1), f)
+                 for o, f in zip(og, fg)] for og, fg in zip(self.outcomes, self.final)]
+
+    def advantages(self, cols: np.ndarray | None = None) -> list[list[np.ndarray]]:
+        """A_t = V(s_{t+1}) - V(s_t) per turn."""
+        return [[np.diff(v) for v in vg] for vg in self.values(cols)]
+
+    def standard_errors(self) -> list[list[np.ndarray]]:
+        """SE of each A_t: V estimates from independent continuations, so the variances
+        add (the terminal value is exact)."""
+        out = []
+        for og in self.outcomes:
+            rows = []
+            for o in og:
+                c = o.shape[1]
+                se_v = np.append(o.std(1, ddof=1) / np.sqrt(c) if c > 1 else
+                                 np.full(o.shape[0], np.nan), 0.0)
+                rows.append(np.sqrt(se_v[:-1] ** 2 + se_v[1:] ** 2))
+            out.append(rows)
+        return out
+
+
+def mc_truth(policy, prompter, pool, groups: Sequence[TrajectoryGroup], rcfg,
+             continuations: int, chunk: int = 256, progress: bool = True) -> MCTruth:
+    """``continuations`` episodes resumed (exact prefix) from the state before every turn."""
     index, points = [], []
     for gi, g in enumerate(groups):
         for ti, traj in enumerate(g):
             for t in range(traj.num_turns):
                 bp = branch_point(traj, t)
-                for _ in range(continuations):
-                    index.append((gi, ti, t))
+                for c in range(continuations):
+                    index.append((gi, ti, t, c))
                     points.append(bp)
-    sums: dict = {}
+    outcomes = [[np.zeros((traj.num_turns, continuations)) for traj in g] for g in groups]
     bar = tqdm(total=len(points), desc="MC continuations", leave=False, disable=not progress)
     for s in range(0, len(points), chunk):
-        for key, tr in zip(index[s:s + chunk],
-                           continue_from(policy, prompter, pool, points[s:s + chunk], rcfg)):
-            sums[key] = sums.get(key, 0.0) + tr.outcome_reward
+        for (gi, ti, t, c), tr in zip(index[s:s + chunk],
+                                      continue_from(policy, prompter, pool, points[s:s + chunk],
+                                                    rcfg)):
+            outcomes[gi][ti][t, c] = tr.outcome_reward
         bar.update(len(points[s:s + chunk]))
     bar.close()
+    return MCTruth(outcomes, [[t.outcome_reward for t in g] for g in groups])
+
+
+def mc_true_advantages(policy, prompter, pool, groups, rcfg, continuations: int,
+                       chunk: int = 256, progress: bool = True) -> list[list[np.ndarray]]:
+    """``out[g][i][t]``: V(s_{t+1}) - V(s_t) for turn t of trajectory i of group g."""
+    return mc_truth(policy, prompter, pool, groups, rcfg, continuations, chunk,
+                    progress).advantages()
+
+
+def _flat(rows: list[list[np.ndarray]]) -> np.ndarray:
+    return np.concatenate([a for g in rows for a in g]) if rows else np.zeros(0)
+
+
+def bootstrap_agreement(estimates: list[list[np.ndarray]], truth: MCTruth, n_boot: int = 1000,
+                        seed: int = 0) -> dict:
+    """Point estimates plus 95% CIs of Spearman and sign agreement under a two-level
+    bootstrap: task groups resampled with replacement, and each state's continuations
+    resampled (the MC noise of the truth is part of the interval)."""
+    rng = np.random.default_rng(seed)
+    point = agreement(_flat(estimates), _flat(truth.advantages()))
+    G = len(estimates)
+    c = truth.outcomes[0][0].shape[1] if G and truth.outcomes[0] else 1
+    sp, sg = [], []
+    for _ in range(n_boot):
+        gs = rng.integers(0, G, size=G)
+        cols = rng.integers(0, c, size=c)
+        adv = truth.advantages(cols)
+        e = np.concatenate([a for g in gs for a in estimates[g]])
+        t = np.concatenate([a for g in gs for a in adv[g]])
+        m = agreement(e, t)
+        sp.append(m["spearman"])
+        sg.append(m["sign_agreement"])
+    sg_arr = np.array(sg, dtype=np.float64)
+    sg_arr = sg_arr[np.isfinite(sg_arr)]
+    point["spearman_ci95"] = [float(np.percentile(sp, 2.5)), float(np.percentile(sp, 97.5))]
+    point["sign_agreement_ci95"] = ([float(np.percentile(sg_arr, 2.5)),
+                                     float(np.percentile(sg_arr, 97.5))] if sg_arr.size
+                                    else [float("nan"), float("nan")])
+    return point
+
+
+def split_half_ceiling(truth: MCTruth) -> float:
+    """Spearman between the truths from two disjoint halves of the continuations: how
+    well any estimate could possibly agree with MC truth at this noise level."""
+    c = truth.outcomes[0][0].shape[1] if truth.outcomes and truth.outcomes[0] else 0
+    if c < 2:
+        return float("nan")
+    a = _flat(truth.advantages(np.arange(0, c // 2)))
+    b = _flat(truth.advantages(np.arange(c // 2, c)))
+    return spearman(a, b)
+
+
+def per_turn_estimates(credits, groups) -> list[list[np.ndarray]]:
     out = []
-    for gi, g in enumerate(groups):
-        rows = []
-        for ti, traj in enumerate(g):
-            v = np.array([sums[gi, ti, t] / continuations for t in range(traj.num_turns)]
-                         + [traj.outcome_reward])
-            rows.append(np.diff(v))
+    for c, g in zip(credits, groups):
+        flat = turn_level(c)
+        rows, k = [], 0
+        for traj in g:
+            rows.append(flat[k:k + traj.num_turns])
+            k += traj.num_turns
         out.append(rows)
     return out
 
@@ -113,9 +203,7 @@ def mc_true_advantages(policy, prompter, pool, groups: Sequence[TrajectoryGroup]
 def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks: int = 8,
               group_size: int = 4, continuations: int = 4, estimators: Sequence[str] = (),
               reference: str | None = None, out_dir: str | None = None, seed: int = 0,
-              progress: bool = True) -> dict:
-    from .pipeline import credit_context, env_factory, quiet_transformers, rollout_config
-
+              progress: bool = True, n_boot: int = 1000, command: str = "") -> dict:
     quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
     model, tok = load_pretrained(checkpoint, cfg.model.dtype, cfg.model.device)
@@ -130,26 +218,32 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
     pool = EnvPool(env_factory(cfg, split))
     rcfg = rollout_config(cfg)
     groups = rollout(policy, prompter, pool, list(range(seed, seed + tasks)), group_size, rcfg)
-    truth = mc_true_advantages(policy, prompter, pool, groups, rcfg, continuations,
-                               progress=progress)
-    flat_truth = np.concatenate([a for g in truth for a in g])
-    params = OmegaConf.to_container(cfg.rl.credit.params, resolve=True) or {}
-    results: dict = {"split": split, "tasks": tasks, "group_size": group_size,
-                     "continuations": continuations, "checkpoint": checkpoint,
+    truth = mc_truth(policy, prompter, pool, groups, rcfg, continuations, progress=progress)
+    flat_truth = _flat(truth.advantages())
+    se = _flat(truth.standard_errors())
+    given = OmegaConf.to_container(cfg.rl.credit.params, resolve=True) or {}
+    results: dict = {"command": command, "split": split, "tasks": tasks,
+                     "group_size": group_size, "continuations": continuations,
+                     "checkpoint": str(checkpoint), "turns": int(flat_truth.size),
                      "success": float(np.mean([t.success for g in groups for t in g])),
-                     "true_adv_abs_mean": float(np.abs(flat_truth).mean()), "modules": {},
-                     "skipped": {}}
+                     "true_adv_abs_mean": float(np.abs(flat_truth).mean()),
+                     "true_adv_se_mean": float(np.nanmean(se)) if se.size else float("nan"),
+                     "clear_turns": int((np.abs(flat_truth) > 2 * np.nan_to_num(se)).sum()),
+                     "split_half_spearman": split_half_ceiling(truth),
+                     "n_boot": n_boot, "modules": {}, "skipped": {}}
+    brancher = Brancher(policy, prompter, pool, rcfg)
     for name in estimators or credit_lib.list_estimators():
-        needs = credit_lib.requirements(name)
-        ctx = credit_context(needs, policy, model, ref if ref is not None else model, tok, params,
-                             lambda pts: continue_from(policy, prompter, pool, pts, rcfg))
+        # the config's params apply to the estimator it names; the others use defaults
+        params = credit_lib.make_params(name, given if name == cfg.rl.credit.name else {})
         try:
+            ctx = credit_context(name, params, policy, model,
+                                 ref if ref is not None else model, tok, brancher)
             credits = credit_lib.assign_credit(name, groups, params, ctx)
         except (KeyError, ValueError) as exc:  # e.g. no gold answer / state keys in this env
             results["skipped"][name] = str(exc)
             continue
-        est = np.concatenate([turn_level(c) for c in credits])
-        results["modules"][name] = agreement(est, flat_truth)
+        est = per_turn_estimates(credits, groups)
+        results["modules"][name] = bootstrap_agreement(est, truth, n_boot, seed)
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -169,10 +263,22 @@ def plot_probe(results: dict, path: Path) -> Path:
     names = list(results["modules"])
     x = np.arange(len(names))
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 3, 3.6))
-    sp = [results["modules"][n]["spearman"] for n in names]
-    sg = [results["modules"][n]["sign_agreement"] for n in names]
-    ax.bar(x - 0.2, sp, 0.4, label="Spearman with MC advantage")
-    ax.bar(x + 0.2, sg, 0.4, label="sign agreement")
+    mods = results["modules"]
+    sp = np.array([mods[n]["spearman"] for n in names])
+    sg = np.array([mods[n]["sign_agreement"] for n in names])
+
+    def err(key, mid):
+        lo = np.array([mods[n].get(key, [m, m])[0] for n, m in zip(names, mid)])
+        hi = np.array([mods[n].get(key, [m, m])[1] for n, m in zip(names, mid)])
+        return np.vstack([mid - lo, hi - mid]).clip(min=0)
+    ax.bar(x - 0.2, sp, 0.4, yerr=err("spearman_ci95", sp), capsize=3,
+           label="Spearman with MC advantage (95% CI)")
+    ax.bar(x + 0.2, sg, 0.4, yerr=err("sign_agreement_ci95", sg), capsize=3,
+           label="sign agreement (95% CI)")
+    ceiling = results.get("split_half_spearman")
+    if ceiling is not None and np.isfinite(ceiling):
+        ax.axhline(ceiling, color="gray", linestyle="--", linewidth=0.8,
+                   label="MC split-half Spearman (noise ceiling)")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, names)
     ax.set_ylim(-1, 1)
@@ -187,11 +293,16 @@ def plot_probe(results: dict, path: Path) -> Path:
 
 def format_probe(results: dict) -> str:
     lines = [f"probe on {results['split']}: success {results['success']:.3f}, "
-             f"mean |true advantage| {results['true_adv_abs_mean']:.3f}",
-             f"{'module':<16s} {'spearman':>9s} {'sign agr.':>10s} {'mse (z)':>8s} {'turns':>6s}"]
+             f"{results['turns']} turns, mean |true advantage| "
+             f"{results['true_adv_abs_mean']:.3f} (mean SE {results['true_adv_se_mean']:.3f}), "
+             f"split-half Spearman {results['split_half_spearman']:.3f}",
+             f"{'module':<16s} {'spearman [95% CI]':>24s} {'sign agr. [95% CI]':>24s} "
+             f"{'mse (z)':>8s}"]
     for n, m in results["modules"].items():
-        lines.append(f"{n:<16s} {m['spearman']:9.3f} {m['sign_agreement']:10.3f} "
-                     f"{m['mse_z']:8.3f} {m['turns']:6d}")
+        lo, hi = m["spearman_ci95"]
+        slo, shi = m["sign_agreement_ci95"]
+        lines.append(f"{n:<16s} {m['spearman']:7.3f} [{lo:6.3f},{hi:6.3f}] "
+                     f"{m['sign_agreement']:9.3f} [{slo:6.3f},{shi:6.3f}] {m['mse_z']:8.3f}")
     for n, why in results["skipped"].items():
         lines.append(f"{n:<16s} skipped: {why}")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import random
 from typing import Callable
 
@@ -11,11 +12,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..agents.rollout import RolloutConfig
+from ..config import env_constructor
 
 
 def env_factory(cfg: DictConfig, split: str) -> Callable[[], gym.Env]:
+    """Builds ``cfg.env.id`` for ``split``.  ``agent.max_turns`` is the one turn limit:
+    an env whose constructor takes ``max_turns`` receives it from there."""
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True) or {}
-    kwargs = dict(kwargs, **{cfg.env.split_kwarg: split}) if cfg.env.split_kwarg else kwargs
+    if cfg.env.split_kwarg:
+        kwargs = dict(kwargs, **{cfg.env.split_kwarg: split})
+    ctor, _ = env_constructor(cfg.env.id)
+    if "max_turns" in inspect.signature(ctor).parameters:
+        kwargs = dict(kwargs, max_turns=int(cfg.agent.max_turns))
     env_id = cfg.env.id
 
     def make() -> gym.Env:
@@ -23,14 +31,16 @@ def env_factory(cfg: DictConfig, split: str) -> Callable[[], gym.Env]:
     return make
 
 
-def rollout_config(cfg: DictConfig, *, temperature: float | None = None, greedy: bool = False
-                   ) -> RolloutConfig:
+def rollout_config(cfg: DictConfig, *, evaluation: bool = False) -> RolloutConfig:
+    """Rollout settings of ``agent`` with the training sampler, or the evaluation one."""
     a = cfg.agent
+    s = cfg.eval.sampling if evaluation else a.sampling
     return RolloutConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
-                         temperature=a.temperature if temperature is None else temperature,
-                         top_p=a.top_p, greedy=greedy, max_context_tokens=a.max_context_tokens,
+                         temperature=s.temperature, top_p=s.top_p, greedy=s.greedy,
+                         max_context_tokens=a.max_context_tokens,
                          max_invalid_streak=a.max_invalid_streak, require_think=a.require_think,
-                         show_admissible=a.show_admissible, action_parser=a.action_parser)
+                         show_admissible=a.show_admissible, action_parser=a.action_parser,
+                         context_mode=a.context_mode, window_turns=a.window_turns)
 
 
 def quiet_transformers() -> None:

@@ -1,11 +1,23 @@
-"""Evaluation: success per task type, mean turns, invalid-action and format-error rates."""
+"""Summaries of trajectory groups: success per task type, mean turns, invalid-action and
+format-error rates, tool-call and QA metrics (train steps and evaluations alike)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Sequence
 
 from ..types import Trajectory, TrajectoryGroup
+
+
+def without_tokens(groups: Sequence[TrajectoryGroup]) -> list[TrajectoryGroup]:
+    """The groups as metrics see them: token ids and log-probs dropped, so gathering
+    every rank's episodes for a log record moves kilobytes, not the whole batch."""
+    empty = dict(prompt_ids=(), response_ids=(), response_mask=(), logprobs=())
+    return [TrajectoryGroup(tuple(
+        dataclasses.replace(t, history=(), turns=tuple(dataclasses.replace(x, **empty)
+                                                       for x in t.turns)) for t in g),
+        g.task_id) for g in groups]
 
 
 def summarize(groups: Sequence[TrajectoryGroup]) -> dict:

@@ -24,7 +24,7 @@ from ..agents.numerics import (forward_logits, model_device, sequence_logprobs,
 from ..types import CreditAssignment, TrajectoryGroup
 from .batching import TokenRow, collate, micro_batches, rows_from_groups
 from .distributed import World
-from .fsdp import gathered, is_sharded
+from .fsdp import is_sharded, unsharded
 from .hardware import memory_report, reset_peak_memory
 from .losses import aggregate, kl_k3, ppo_clip_terms
 
@@ -83,7 +83,7 @@ class PolicyGradientTrainer:
         device = model_device(self.model)
         reset_peak_memory(device)
         if cfg.recompute_logprobs:
-            with gathered(self.model):  # a collective when sharded: every rank enters
+            with unsharded(self.model):  # a collective when sharded: every rank enters
                 olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget,
                                   self.precision) if rows else []
             rows = [TokenRow(r.ids, r.mask, r.adv, o) for r, o in zip(rows, olds)]
@@ -138,6 +138,10 @@ class PolicyGradientTrainer:
         pg, clipped = ppo_clip_terms(logp, b.old_logprobs, b.advantages,
                                      cfg.clip_low, cfg.clip_high)
         loss = aggregate(pg, b.loss_mask, cfg.loss_agg, denom)
+        ent_coef = float(cfg.entropy_coef)
+        ent = token_entropies(logits) if ent_coef else None
+        if ent is not None:  # entropy bonus: keeps a sharpening policy exploring
+            loss = loss - ent_coef * aggregate(ent, b.loss_mask, cfg.loss_agg, denom)
         if refs is not None:
             ref = torch.zeros_like(logp)
             for j, r in enumerate(mb):
@@ -150,6 +154,6 @@ class PolicyGradientTrainer:
         with torch.no_grad():
             stats["pg_loss"] += float(loss.item())
             stats["clipfrac"] += float((clipped * b.loss_mask).sum()) / n_tok
-            ent = token_entropies(logits)
+            ent = token_entropies(logits) if ent is None else ent.detach()
             stats["entropy"] += float((ent * b.loss_mask).sum()) / n_tok
 

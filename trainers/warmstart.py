@@ -10,7 +10,9 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ..agents.factory import build_model
+from ..agents.parsing import INVALID_FORMAT_MESSAGE
 from ..agents.prompting import ChatPrompter
+from ..envs.base import HasEntityPhrases, HasLMCorpus, HasVocabulary
 from .checkpoint import save_model_dir
 from .demos import collect_demos, demo_rows, demo_texts, lm_rows
 from .metrics import MetricsLogger
@@ -38,32 +40,39 @@ def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: Metri
     return time.time() - t0
 
 
+def _env_words(env) -> tuple[list[str], list[str], list[str]]:
+    """(vocabulary, entity phrases, LM corpus) an env offers (each optional)."""
+    e = env.unwrapped
+    vocab = list(e.vocabulary()) if isinstance(e, HasVocabulary) else []
+    phrases = list(e.entity_phrases()) if isinstance(e, HasEntityPhrases) else []
+    corpus = list(e.lm_corpus()) if isinstance(e, HasLMCorpus) else []
+    return vocab, phrases, corpus
+
+
 def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool = True):
+    """Demonstrations -> model (a tiny model's tokenizer is fit on them) -> optional corpus
+    LM pass -> SFT; saved to ``out/warmstart`` (the KL/TRACE reference)."""
     ws = cfg.warmstart
     make_train = env_factory(cfg, cfg.env.train_split)
     demos = []
     if ws.enabled or cfg.model.kind == "tiny":
         n = ws.num_demos if ws.enabled else min(ws.num_demos, 200)
         bar = tqdm(total=n, desc="collecting demos", leave=False, disable=not progress)
-        demos = collect_demos(make_train, n, ws.epsilon, cfg.seed,
-                              ws.max_turns or cfg.agent.max_turns, progress=bar.update,
-                              show_admissible=cfg.agent.show_admissible, corrupt=ws.corrupt)
+        demos = collect_demos(make_train, n, ws.epsilon, cfg.seed, cfg.agent.max_turns,
+                              progress=bar.update, show_admissible=cfg.agent.show_admissible,
+                              corrupt=ws.corrupt)
         bar.close()
         if not demos:
-            raise RuntimeError("the expert solved no task within warmstart.max_turns; "
-                               "raise warmstart.max_turns or lower warmstart.epsilon")
+            raise RuntimeError(f"the expert solved no task within agent.max_turns="
+                               f"{cfg.agent.max_turns}; raise it or lower warmstart.epsilon")
     vocab_env = make_train()
-    extra = list(getattr(vocab_env.unwrapped, "vocabulary", lambda: [])())
-    phrases = list(getattr(vocab_env.unwrapped, "entity_phrases", lambda: [])())
-    lm_texts = []
-    if ws.enabled and ws.lm_epochs > 0:
-        lm_corpus = getattr(vocab_env.unwrapped, "lm_corpus", None)
-        if lm_corpus is None:
-            raise ValueError(f"warmstart.lm_epochs > 0 but {type(vocab_env.unwrapped).__name__} "
-                             "has no lm_corpus()")
-        lm_texts = list(lm_corpus())
+    extra, phrases, lm_texts = _env_words(vocab_env)
     vocab_env.close()
-    from ..agents.parsing import INVALID_FORMAT_MESSAGE
+    if ws.enabled and ws.lm_epochs > 0 and not lm_texts:
+        raise ValueError(f"warmstart.lm_epochs > 0 but {type(vocab_env.unwrapped).__name__} "
+                         "offers no lm_corpus() (HasLMCorpus)")
+    if not (ws.enabled and ws.lm_epochs > 0):
+        lm_texts = []
     corpus = demo_texts(demos) + [cfg.agent.system_prompt, INVALID_FORMAT_MESSAGE]
     model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed, phrases=phrases)
     if lm_texts:
@@ -74,7 +83,11 @@ def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool
     if ws.enabled:
         prompter = ChatPrompter(tok, cfg.agent.system_prompt)
         rows = demo_rows(demos, prompter, tok, cfg.agent.action_format,
-                         cfg.agent.max_context_tokens, ws.train_on_noise)
+                         cfg.agent.max_context_tokens, ws.train_on_noise,
+                         cfg.agent.context_mode, cfg.agent.window_turns)
+        if not rows:
+            raise RuntimeError("no demonstration fits agent.max_context_tokens="
+                               f"{cfg.agent.max_context_tokens}; raise it")
         secs = _supervised(model, rows, ws, ws.epochs, tok.pad_token_id, cfg.seed, log, "sft",
                            "warm-start SFT", progress, cfg.model.autocast)
         log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "seconds": secs})

@@ -1,13 +1,19 @@
-"""Command line: ``turngym train | eval | compare | probe | serve | serve-retriever | envs |
-credits``.
+"""Command line: ``turngym train | eval | compare | probe | view | serve | serve-retriever |
+envs | credits``.
 
     turngym train --config quickstart rl.steps=20 output_dir=runs/x
-    turngym train --config quickstart --resume
-    turngym eval  --config quickstart --checkpoint runs/quickstart/final
-    turngym compare --config quickstart --credits grpo,step_groups output_dir=runs/cmp
+    turngym train --config quickstart --resume          # continue runs/quickstart
+    turngym train --config quickstart --overwrite       # replace runs/quickstart
+    turngym eval  --checkpoint runs/quickstart/final    # uses runs/quickstart/config.yaml
+    turngym compare --config quickstart --credits grpo,step_groups --seeds 0,1,2
     turngym probe --config search_grpo --checkpoint runs/search_grpo/final --out runs/probe
+    turngym view runs/quickstart                        # HTML: logged turns coloured by credit
     turngym serve-retriever --retriever dense --port 8000
+    turngym --plugin mypkg.envs train --config my.yaml  # custom envs / estimators
     turngym envs
+
+Bad configuration, a missing checkpoint or a run directory that cannot be used as
+asked exit with status 2 and one clear message, before any work starts.
 """
 
 from __future__ import annotations
@@ -17,20 +23,26 @@ import json
 import os
 import sys
 
-from omegaconf.errors import OmegaConfBaseException
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="turngym", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it registers custom envs / credit estimators); "
+                        "repeatable; entry points in the 'turngym.plugins' group load too")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="warm-start + RL training, then evaluation")
     t.add_argument("--config", default="quickstart", help="bundled config name or YAML path")
-    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in output_dir from its newest valid checkpoint")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace an existing run in output_dir (refused otherwise)")
     t.add_argument("--no-progress", action="store_true", help="hide progress bars")
     t.add_argument("overrides", nargs="*", help="dot-overrides, e.g. rl.steps=10")
     e = sub.add_parser("eval", help="evaluate a model directory on the eval splits")
-    e.add_argument("--config", default="quickstart")
+    e.add_argument("--config", default=None,
+                   help="config (default: the run's config.yaml next to the checkpoint)")
     e.add_argument("--checkpoint", required=True, help="model dir (e.g. runs/quickstart/final)")
     e.add_argument("--split", action="append", help="split(s) to evaluate (default: config)")
     e.add_argument("--json", help="also write the metrics to this file")
@@ -59,11 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--continuations", type=int, default=4, help="MC rollouts per state")
     pr.add_argument("--estimators", help="comma-separated (default: all registered)")
     pr.add_argument("--out", help="directory for probe.json and probe.png")
+    pr.add_argument("--seed", type=int, default=0, help="first task index and sampler seed")
+    pr.add_argument("--no-progress", action="store_true")
     pr.add_argument("overrides", nargs="*")
     c = sub.add_parser("compare", help="same warm start, one RL run per credit estimator, "
                                        "learning curves on one plot")
     c.add_argument("--config", default="quickstart")
     c.add_argument("--credits", required=True, help="comma-separated estimator names")
+    c.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (one shared "
+                                               "warm start per seed)")
+    c.add_argument("--baseline", default="grpo", help="estimator the others are compared to")
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("overrides", nargs="*")
     sv = sub.add_parser("serve", help="OpenAI-compatible chat server over a local model "
@@ -78,6 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-tokens-cap", type=int, default=1024,
                     help="largest max_tokens / max_completion_tokens accepted")
     sv.add_argument("--max-n", type=int, default=8, help="largest n accepted")
+    vw = sub.add_parser("view", help="write one self-contained HTML page of a run's logged "
+                                     "trajectories coloured by per-turn advantage")
+    vw.add_argument("run_dir", help="run directory (holds samples.jsonl) or a probe --out dir")
+    vw.add_argument("--step", type=int, help="only this logged RL step")
+    vw.add_argument("--out", help="HTML file to write (default: RUN_DIR/view.html)")
+    vw.add_argument("--probe", help="probe --out dir or probe_samples.jsonl (default: "
+                                    "RUN_DIR/probe_samples.jsonl or RUN_DIR/probe/)")
+    vw.add_argument("--serve", action="store_true", help="also serve it on 127.0.0.1")
+    vw.add_argument("--port", type=int, default=8765)
     sub.add_parser("envs", help="list registered turngym environments")
     sub.add_parser("credits", help="list registered credit estimators")
     return p
@@ -85,13 +111,30 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --plugin may stand before or after the subcommand
+    plugins, rest, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--plugin" and i + 1 < len(argv):
+            plugins.append(argv[i + 1])
+            i += 2
+            continue
+        if argv[i].startswith("--plugin="):
+            plugins.append(argv[i].split("=", 1)[1])
+        else:
+            rest.append(argv[i])
+        i += 1
+    args, extra = parser.parse_known_args(rest)
+    args.plugin = list(args.plugin) + plugins
     # dot-overrides may come before or after flags: "x=1 --resume y=2"
     unknown = [x for x in extra if x.startswith("-") or "=" not in x]
     if unknown or (extra and not hasattr(args, "overrides")):
         parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
+    if args.command in ("envs", "credits", "view"):
+        from .config import import_plugins
+        import_plugins(args.plugin)
     if args.command == "envs":
         from .envs import list_envs
         for env_id, desc in list_envs():
@@ -105,16 +148,35 @@ def main(argv: list[str] | None = None) -> int:
         from .credit import list_estimators
         print("\n".join(list_estimators()))
         return 0
-    from .config import load_config
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except (OmegaConfBaseException, FileNotFoundError, ValueError) as exc:
-        print(f"turngym: bad configuration: {exc}", file=sys.stderr)
+    if args.command == "view":
+        return _view(args)
+    from .config import ConfigError, import_plugins
+    from .trainers.run import RunError
+    try:  # everything checkable is checked before work starts: one line, exit 2
+        import_plugins(args.plugin)
+        return _run(args)
+    except (ConfigError, RunError) as exc:
+        print(f"turngym: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _load(args):
+    from .config import load_config
+    overrides = list(args.overrides) + [f"plugins=[{','.join(args.plugin)}]"] if args.plugin \
+        else list(args.overrides)
+    return load_config(args.config, overrides)
+
+
+def _run(args) -> int:
+    if args.command == "eval":
+        return _eval(args)
+    cfg = _load(args)
     if args.command == "compare":
         from .trainers.compare import compare_credits, format_comparison
-        res = compare_credits(cfg, [x for x in args.credits.split(",") if x],
-                              progress=not args.no_progress)
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        res = compare_credits(cfg, [x for x in args.credits.split(",") if x], seeds,
+                              progress=not args.no_progress, baseline=args.baseline,
+                              command="turngym " + " ".join(sys.argv[1:]))
         print(format_comparison(res))
         return 0
     if args.command == "probe":
@@ -122,19 +184,59 @@ def main(argv: list[str] | None = None) -> int:
         res = run_probe(cfg, args.checkpoint, args.split, args.tasks, args.group_size,
                         args.continuations,
                         [x for x in (args.estimators or "").split(",") if x],
-                        args.reference, args.out)
+                        args.reference, args.out, seed=args.seed,
+                        progress=not args.no_progress,
+                        command="turngym " + " ".join(sys.argv[1:]))
         print(format_probe(res))
         return 0
-    from .trainers.pipeline import evaluate_checkpoint, train
-    if args.command == "train":
-        summary = train(cfg, resume=args.resume, progress=not args.no_progress)
-        if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
-            _print_comparison(summary)
-        return 0
+    from .trainers.pipeline import train
+    summary = train(cfg, resume=args.resume, overwrite=args.overwrite,
+                    progress=not args.no_progress)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
+        _print_comparison(summary)
+    return 0
+
+
+def _eval(args) -> int:
+    from .config import ConfigError
+    from .trainers.evaluate import evaluate_checkpoint, run_config_for
+    if not os.path.isdir(args.checkpoint):
+        raise ConfigError(f"--checkpoint {args.checkpoint}: no such model directory")
+    if args.config is None:
+        found = run_config_for(args.checkpoint)
+        args.config = str(found) if found else "quickstart"
+        print(f"turngym eval: config {args.config}", flush=True)
+    cfg = _load(args)
+    known = list(cfg.env.eval_splits) + [cfg.env.train_split]
+    bad = [x for x in args.split or () if x not in known]
+    if bad:
+        raise ConfigError(f"--split {bad[0]!r}: this config's splits are {known}")
     res = evaluate_checkpoint(cfg, args.checkpoint, args.split)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
+    return 0
+
+
+def _view(args) -> int:
+    from .view import ViewError, make_server, write_view
+    try:
+        path, index = write_view(args.run_dir, args.out, args.step, args.probe)
+    except ViewError as exc:
+        print(f"turngym: error: {exc}", file=sys.stderr)
+        return 2
+    groups = sum(len(s["groups"]) for s in index["steps"])
+    print(f"wrote {path} ({len(index['steps'])} steps, {groups} groups)", flush=True)
+    if args.serve:
+        server = make_server(path, args.port)
+        print(f"serving it on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)",
+              flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
     return 0
 
 

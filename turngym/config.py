@@ -1,20 +1,67 @@
 """Typed configuration: dataclass schema + YAML file + CLI dot-overrides (omegaconf).
 
 ``load_config("quickstart", ["rl.steps=10"])`` finds ``configs/quickstart.yaml``
-(a bundled name or a path), merges it onto the schema and applies overrides.
-Unknown keys and wrongly typed values fail with omegaconf's clear message.
+(a bundled name or a path), merges it onto the schema, applies overrides and
+validates the whole config before anything runs: unknown keys, wrong types and
+closed choices (enums) are refused by omegaconf; ranges, the credit estimator and
+its typed params, and the env id and kwargs by :func:`validate`.  Every problem is
+reported at once, as one :class:`ConfigError`.
 """
 
 from __future__ import annotations
 
+import enum
+import inspect
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .types import ContextMode
 
 
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message lists every problem found."""
+
+
+# ---------------------------------------------------------------------- closed choices
+class ModelKind(str, enum.Enum):
+    tiny = "tiny"  # word-level tokenizer + small Llama built in code (CPU default)
+    hf = "hf"  # a local Hugging Face model directory (model.path)
+
+
+class Dtype(str, enum.Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class Backend(str, enum.Enum):
+    hf = "hf"  # transformers, CPU or GPU, KV sessions across turns
+    vllm = "vllm"  # a colocated vLLM engine, synced after every update
+
+
+class LossAgg(str, enum.Enum):
+    token_mean = "token_mean"
+    seq_mean_token_mean = "seq_mean_token_mean"
+
+
+class DataParallel(str, enum.Enum):
+    replicate = "replicate"  # weights, grads and Adam state on every rank; grads summed
+    fsdp = "fsdp"  # FSDP2: all three sharded over the ranks
+
+
+class Tracker(str, enum.Enum):
+    jsonl = "jsonl"  # always on: metrics.jsonl
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+
+
+# ---------------------------------------------------------------------- schema
 @dataclass
 class EnvConfig:
     id: str = "turngym/TextWorld-v0"
@@ -26,7 +73,7 @@ class EnvConfig:
 
 @dataclass
 class ModelConfig:
-    kind: str = "tiny"  # tiny | hf
+    kind: ModelKind = ModelKind.tiny
     path: Optional[str] = None  # HF model dir (kind=hf) or a turngym checkpoint
     gguf_file: Optional[str] = None
     hidden_size: int = 128
@@ -35,16 +82,16 @@ class ModelConfig:
     intermediate_size: Optional[int] = None
     max_positions: int = 2048
     fuse_entities: bool = True  # tiny tokenizer: "cabinet 1" is one token
-    dtype: str = "float32"  # weights: float32 | bfloat16 | float16
-    device: str = "cpu"  # cpu | cuda (under torchrun: cuda:<local_rank> automatically)
-    autocast: Optional[str] = None  # bfloat16 | float16: mixed precision in SFT/RL forwards
+    dtype: Dtype = Dtype.float32  # weights
+    device: str = "cpu"  # cpu | cuda | cuda:N (under torchrun: cuda:<local_rank>)
+    autocast: Optional[Dtype] = None  # bfloat16 | float16: mixed precision in SFT/RL forwards
     gradient_checkpointing: bool = False
 
 
 @dataclass
 class VLLMConfig:
     """Engine settings for ``agent.backend=vllm`` (colocated with the trainer)."""
-    dtype: str = "bfloat16"
+    dtype: Dtype = Dtype.bfloat16
     gpu_memory_utilization: float = 0.35
     enable_prefix_caching: bool = True
     enable_sleep_mode: bool = False  # offload weights / drop KV while the trainer updates
@@ -54,21 +101,35 @@ class VLLMConfig:
 
 
 @dataclass
+class SamplingConfig:
+    """How actions are sampled (training rollouts: ``agent.sampling``; evaluation:
+    ``eval.sampling``)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+
+
+@dataclass
 class AgentConfig:
     system_prompt: str = ("You are a household agent. Act with one command per turn as "
                           "<action> command </action> .")
     action_format: str = "<action> {action} </action>"
+    # THE turn limit: rollouts, evaluation and warm-start demos; envs whose constructor
+    # takes ``max_turns`` receive it from here (so env.kwargs must not set it)
     max_turns: int = 50
     max_new_tokens: int = 24
-    temperature: float = 1.0
-    top_p: float = 1.0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_context_tokens: int = 2048
+    # full: one growing context; window: each turn sees the task + the last
+    # ``window_turns`` turns + the current observation (one training row per turn)
+    context_mode: ContextMode = ContextMode.FULL
+    window_turns: int = 4
     max_invalid_streak: int = 0
     require_think: bool = False
     show_admissible: bool = False
-    action_parser: str = "action_tag"  # action_tag | raw (env parses, e.g. Search-R1 tags)
+    action_parser: str = "action_tag"  # a name in agents.parsing.PARSERS
     max_batch_size: int = 64
-    backend: str = "hf"  # hf (transformers, CPU or GPU) | vllm (GPU)
+    backend: Backend = Backend.hf
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
@@ -85,10 +146,9 @@ class WarmstartConfig:
     batch_size: int = 32
     token_budget: int = 16384
     warmup_steps: int = 20
-    max_turns: int = 0  # step cap of a demo episode (0: agent.max_turns)
-    # language-model passes over the env's own text (env.unwrapped.lm_corpus(), e.g. the
-    # search corpus) before the demos: every word embedding gets trained, not only those
-    # the demos happen to show, which tiny word-level models need to copy unseen names
+    # language-model passes over the env's own text (HasLMCorpus, e.g. the search
+    # corpus) before the demos: every word embedding gets trained, not only those the
+    # demos happen to show, which tiny word-level models need to copy unseen names
     lm_epochs: int = 0
     lm_row_tokens: int = 256
 
@@ -96,7 +156,7 @@ class WarmstartConfig:
 @dataclass
 class CreditConfig:
     name: str = "grpo"
-    params: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)  # checked against the estimator's dataclass
 
 
 @dataclass
@@ -122,22 +182,20 @@ class RLConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     kl_coef: float = 0.0
+    entropy_coef: float = 0.0
     grad_clip: float = 1.0
     token_budget: int = 32768
-    loss_agg: str = "token_mean"  # token_mean | seq_mean_token_mean
+    loss_agg: LossAgg = LossAgg.token_mean
     recompute_logprobs: bool = True
     lora: LoraConfig = field(default_factory=LoraConfig)
-    # under torchrun: replicate (weights/grads/Adam state on every rank, gradients summed)
-    # or fsdp (FSDP2: all three sharded over the ranks; see trainers/fsdp.py)
-    data_parallel: str = "replicate"
+    data_parallel: DataParallel = DataParallel.replicate
     credit: CreditConfig = field(default_factory=CreditConfig)
 
 
 @dataclass
 class EvalConfig:
     num_tasks: int = 60
-    temperature: float = 1.0
-    greedy: bool = False
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     every: int = 0  # RL steps between evals (0: only before and after RL)
     seed_offset: int = 0
 
@@ -149,10 +207,19 @@ class CheckpointConfig:
 
 
 @dataclass
+class LoggingConfig:
+    trackers: list = field(default_factory=lambda: ["jsonl"])  # + tensorboard, wandb
+    project: str = "turngym"  # wandb project (offline unless WANDB_MODE says otherwise)
+    samples_per_step: int = 2  # trajectory groups kept per RL step for `turngym view`
+    samples_max_mb: float = 20.0  # cap on samples.jsonl per run
+
+
+@dataclass
 class TrainConfig:
     seed: int = 0
     output_dir: str = "runs/default"
     threads: int = 2
+    plugins: list = field(default_factory=list)  # modules imported first (custom envs/credit)
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -160,8 +227,10 @@ class TrainConfig:
     rl: RLConfig = field(default_factory=RLConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
+# ---------------------------------------------------------------------- loading
 def config_path(name: str) -> Path:
     """A bundled config name (``quickstart``) or a path to a YAML file."""
     p = Path(name)
@@ -173,7 +242,7 @@ def config_path(name: str) -> Path:
         return Path(str(bundled))
     names = sorted(x.name[:-5] for x in resources.files("turngym.configs").iterdir()
                    if x.name.endswith(".yaml"))
-    raise FileNotFoundError(f"no config {name!r}: not a file, and bundled configs are {names}")
+    raise ConfigError(f"no config {name!r}: not a file, and bundled configs are {names}")
 
 
 def _load_yaml(name: str, seen: tuple[str, ...] = ()) -> DictConfig:
@@ -181,7 +250,7 @@ def _load_yaml(name: str, seen: tuple[str, ...] = ()) -> DictConfig:
     path) and merges this file on top, so variants state only what differs."""
     path = config_path(name)
     if str(path) in seen:
-        raise ValueError(f"config inheritance cycle: {' -> '.join(seen + (str(path),))}")
+        raise ConfigError(f"config inheritance cycle: {' -> '.join(seen + (str(path),))}")
     raw = OmegaConf.load(path)
     base = raw.pop("base", None) if isinstance(raw, DictConfig) else None
     if base is None:
@@ -189,17 +258,198 @@ def _load_yaml(name: str, seen: tuple[str, ...] = ()) -> DictConfig:
     return OmegaConf.merge(_load_yaml(str(base), seen + (str(path),)), raw)
 
 
-def load_config(name: str | None = None, overrides: Sequence[str] = ()) -> DictConfig:
+def load_config(name: str | None = None, overrides: Sequence[str] = (),
+                validate_now: bool = True) -> DictConfig:
+    """Schema <- YAML <- overrides, then :func:`validate` (unless ``validate_now=False``)."""
     cfg = OmegaConf.structured(TrainConfig)
-    if name is not None:
-        cfg = OmegaConf.merge(cfg, _load_yaml(name))
     bad = [o for o in overrides if "=" not in o]
     if bad:
-        raise ValueError(f"overrides must look like key=value, got {bad}")
-    if overrides:
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+        raise ConfigError(f"overrides must look like key=value, got {bad}")
+    try:
+        if name is not None:
+            cfg = OmegaConf.merge(cfg, _load_yaml(name))
+        if overrides:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_omegaconf_message(exc)) from None
+    if validate_now:
+        validate(cfg)
     return cfg
 
 
+def _omegaconf_message(exc: OmegaConfBaseException) -> str:
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    key = getattr(exc, "full_key", None)
+    head = lines[0] if lines else type(exc).__name__
+    return f"{key}: {head}" if key and key not in head else head
+
+
 def to_dict(cfg: Any) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    """Plain containers (enums as their values), e.g. for YAML/JSON dumps."""
+    if not isinstance(cfg, DictConfig):
+        return dict(cfg)
+    return _plain(OmegaConf.to_container(cfg, resolve=True))
+
+
+def _plain(x):
+    if isinstance(x, enum.Enum):
+        return x.value
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    return x
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg)))
+
+
+# ---------------------------------------------------------------------- validation
+def import_plugins(modules: Sequence[str]) -> None:
+    """Imports plugin modules (custom envs / estimators register themselves on import)
+    and every ``turngym.plugins`` entry point."""
+    import importlib
+    from importlib.metadata import entry_points
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"plugin module {name!r} could not be imported: {exc}") from None
+    for ep in entry_points(group="turngym.plugins"):
+        ep.load()
+
+
+def validate(cfg: DictConfig) -> None:
+    """Every check that can run before work starts; raises one ConfigError listing all
+    problems."""
+    import_plugins(list(cfg.plugins))
+    errors: list[str] = []
+    _check_ranges(cfg, errors)
+    _check_credit(cfg, errors)
+    _check_env(cfg, errors)
+    _check_agent(cfg, errors)
+    if errors:
+        raise ConfigError("\n  ".join(["invalid configuration:"] + errors))
+
+
+def _positive(errors: list[str], cfg: DictConfig, keys: Sequence[str], zero_ok: bool = False):
+    for key in keys:
+        v = OmegaConf.select(cfg, key)
+        if v is None:
+            continue
+        bad = (v < 0) if zero_ok else (v <= 0)
+        if bad or (isinstance(v, float) and not math.isfinite(v)):
+            errors.append(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {v}")
+
+
+def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
+    _positive(errors, cfg, ["threads", "model.hidden_size", "model.num_layers", "model.num_heads",
+                            "model.max_positions", "agent.max_turns", "agent.max_new_tokens",
+                            "agent.max_context_tokens", "agent.window_turns",
+                            "agent.max_batch_size", "warmstart.num_demos", "warmstart.lr",
+                            "warmstart.batch_size", "warmstart.token_budget", "rl.tasks_per_step",
+                            "rl.group_size", "rl.lr", "rl.ppo_epochs", "rl.minibatches",
+                            "rl.grad_clip", "rl.token_budget", "eval.num_tasks",
+                            "checkpoint.keep", "logging.samples_max_mb"])
+    _positive(errors, cfg, ["seed", "rl.steps", "warmstart.epochs", "warmstart.lm_epochs",
+                            "warmstart.epsilon", "warmstart.corrupt", "warmstart.weight_decay",
+                            "warmstart.warmup_steps", "rl.weight_decay", "rl.clip_low",
+                            "rl.clip_high", "rl.kl_coef", "rl.entropy_coef", "eval.every",
+                            "eval.seed_offset", "checkpoint.every", "logging.samples_per_step",
+                            "agent.max_invalid_streak"], zero_ok=True)
+    for key in ("agent.sampling", "eval.sampling"):
+        s = OmegaConf.select(cfg, key)
+        if not s.greedy and not (math.isfinite(s.temperature) and s.temperature > 0):
+            errors.append(f"{key}.temperature must be > 0 when sampling "
+                          f"(or set {key}.greedy=true), got {s.temperature}")
+        if not (0 < s.top_p <= 1):
+            errors.append(f"{key}.top_p must be in (0, 1], got {s.top_p}")
+    if cfg.warmstart.epsilon + cfg.warmstart.corrupt > 1:
+        errors.append("warmstart.epsilon + warmstart.corrupt must be <= 1")
+    if cfg.rl.clip_low >= 1:
+        errors.append(f"rl.clip_low must be < 1, got {cfg.rl.clip_low}")
+    if cfg.rl.task_pool is not None and cfg.rl.task_pool <= 0:
+        errors.append(f"rl.task_pool must be > 0 or null, got {cfg.rl.task_pool}")
+    if cfg.model.kind is ModelKind.hf and not cfg.model.path:
+        errors.append("model.kind=hf needs model.path (a local model directory)")
+    if cfg.model.kind is ModelKind.tiny and cfg.model.hidden_size % cfg.model.num_heads:
+        errors.append("model.hidden_size must be divisible by model.num_heads")
+    for t in cfg.logging.trackers:
+        if t not in {x.value for x in Tracker}:
+            errors.append(f"logging.trackers: unknown tracker {t!r}; "
+                          f"choose from {[x.value for x in Tracker]}")
+    if not cfg.env.eval_splits:
+        errors.append("env.eval_splits must name at least one split")
+
+
+def _check_credit(cfg: DictConfig, errors: list[str]) -> None:
+    from . import credit
+
+    name = cfg.rl.credit.name
+    if name not in credit.list_estimators():
+        errors.append(f"rl.credit.name: unknown estimator {name!r}; registered: "
+                      f"{credit.list_estimators()}")
+        return
+    params = OmegaConf.to_container(cfg.rl.credit.params, resolve=True) or {}
+    try:
+        credit.make_params(name, params)
+    except ValueError as exc:
+        errors.append(f"rl.credit.params: {exc}")
+
+
+def env_constructor(env_id: str):
+    """The class (or callable) gymnasium builds ``env_id`` from."""
+    import gymnasium as gym
+
+    from . import envs  # noqa: F401  (registers turngym/*)
+
+    try:
+        spec = gym.spec(env_id)
+    except Exception as exc:
+        raise ConfigError(f"env.id: {exc}") from None
+    entry = spec.entry_point
+    if callable(entry):
+        return entry, spec
+    mod, _, attr = str(entry).partition(":")
+    import importlib
+    return getattr(importlib.import_module(mod), attr), spec
+
+
+def _check_env(cfg: DictConfig, errors: list[str]) -> None:
+    try:
+        ctor, spec = env_constructor(cfg.env.id)
+    except ConfigError as exc:
+        errors.append(str(exc))
+        return
+    params = inspect.signature(ctor).parameters
+    open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    given = dict(OmegaConf.to_container(cfg.env.kwargs, resolve=True) or {})
+    if cfg.env.split_kwarg:
+        if cfg.env.split_kwarg in given:
+            errors.append(f"env.kwargs.{cfg.env.split_kwarg}: the split comes from "
+                          "env.train_split / env.eval_splits")
+        given[cfg.env.split_kwarg] = cfg.env.train_split
+    if "max_turns" in given and "max_turns" in params:
+        errors.append("env.kwargs.max_turns: the turn limit is agent.max_turns "
+                      "(the env receives it from there)")
+    if not open_kwargs:
+        known = [p for p in params if p != "self"]
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            errors.append(f"env.kwargs: {cfg.env.id} takes no {unknown}; it takes {known}")
+
+
+def _check_agent(cfg: DictConfig, errors: list[str]) -> None:
+    from .agents.parsing import PARSERS
+
+    if cfg.agent.action_parser not in PARSERS:
+        errors.append(f"agent.action_parser: unknown parser {cfg.agent.action_parser!r}; "
+                      f"registered: {sorted(PARSERS)}")
+    try:
+        cfg.agent.action_format.format(action="x")
+    except (KeyError, IndexError, ValueError):
+        errors.append("agent.action_format must contain {action} and no other field")
+    if cfg.agent.max_new_tokens >= cfg.agent.max_context_tokens:
+        errors.append("agent.max_new_tokens must be below agent.max_context_tokens")

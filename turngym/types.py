@@ -15,15 +15,30 @@ Layout of one trajectory as a flat token sequence::
 before that turn's response (the chat-formatted observation), so storing a
 trajectory is O(total tokens), not O(turns^2).  Loss mask is 0 on every prompt
 token and ``response_mask`` on response tokens.
+
+That is the full-history context mode (:attr:`ContextMode.FULL`).  In the
+bounded-history mode (:attr:`ContextMode.WINDOW`, verl-agent's step-independent
+rollout) every turn has a prompt of its own -- the first observation (the task),
+then the last k turns' responses and the observations they produced, the last one
+being the current observation -- and ``prompt_ids`` holds that whole prompt::
+
+    turn t: [prompt_ids (head + last k exchanges)] [response_ids]     one row per turn
+
+Both modes are read through the same methods: :meth:`Trajectory.sequences` gives
+the token sequences a trainer scores (one for FULL, one per turn for WINDOW) and
+:meth:`Trajectory.context_before` the exact tokens the policy saw before a turn.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping, Sequence
 
 __all__ = [
+    "ContextMode",
+    "TokenSequence",
     "StopReason",
     "Turn",
     "Trajectory",
@@ -42,6 +57,28 @@ class StopReason(str, enum.Enum):
     CONTEXT = "context"  # the token budget of the context window ran out
     ERROR = "error"  # the environment raised; the episode was cut off
     TERMINATED = "terminated"  # env ended for another reason (e.g. failure state)
+
+
+class ContextMode(str, enum.Enum):
+    """How the policy's context is built across turns (see the module doc)."""
+
+    FULL = "full"  # one growing context: every earlier turn stays in it
+    WINDOW = "window"  # each turn: the task + the last k turns + the current observation
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One token sequence of a trajectory as a trainer scores it.
+
+    Attributes:
+        ids: the tokens, exactly as the policy saw and sampled them.
+        turns: indices of the turns whose responses lie in ``ids``.
+        spans: ``[start, end)`` of each of those turns' responses in ``ids``.
+    """
+
+    ids: tuple[int, ...]
+    turns: tuple[int, ...]
+    spans: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -96,13 +133,44 @@ class Trajectory:
     group_id: str
     policy_version: int = 0
     info: Mapping[str, Any] = field(default_factory=dict)
+    context_mode: ContextMode = ContextMode.FULL
+    # WINDOW mode only: element 0 is the first prompt as later windows show it, element
+    # j + 1 is turn j's exchange (its response + the observation it produced) as later
+    # windows show it; what a continuation from turn t needs to build its next windows.
+    history: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_turns(self) -> int:
         return len(self.turns)
 
+    @property
+    def windowed(self) -> bool:
+        return self.context_mode is ContextMode.WINDOW
+
+    def sequences(self) -> list[TokenSequence]:
+        """The sequences a trainer scores: the whole episode (FULL) or one per turn
+        (WINDOW).  Every response token lies in exactly one of them."""
+        if not self.windowed:
+            spans = tuple(self.response_spans())
+            return [TokenSequence(tuple(self.token_ids()), tuple(range(self.num_turns)), spans)]
+        return [TokenSequence(t.prompt_ids + t.response_ids, (k,),
+                              ((len(t.prompt_ids), t.num_tokens),))
+                for k, t in enumerate(self.turns)]
+
+    def context_before(self, turn: int) -> tuple[int, ...]:
+        """The exact tokens the policy saw before turn ``turn`` responded."""
+        if not 0 <= turn < self.num_turns:
+            raise ValueError(f"turn {turn} outside a trajectory of {self.num_turns} turns")
+        if self.windowed:
+            return self.turns[turn].prompt_ids
+        return tuple(self.token_ids()[: self.response_spans()[turn][0]])
+
     def token_ids(self) -> list[int]:
-        """The flat token sequence the policy saw and produced."""
+        """The flat token sequence the policy saw and produced (full-history mode; in
+        window mode use :meth:`sequences`)."""
+        if self.windowed:
+            raise ValueError("a window-mode trajectory has one sequence per turn; "
+                             "use Trajectory.sequences()")
         out: list[int] = []
         for t in self.turns:
             out.extend(t.prompt_ids)
@@ -192,7 +260,19 @@ class CreditAssignment:
                     raise ValueError("token advantages must match every turn's response")
 
 
-def group_by_task(trajectories: Sequence[Trajectory]) -> list[TrajectoryGroup]:
+    def check_finite(self, estimator: str) -> None:
+        """Raises if any advantage is NaN or infinite (named after ``estimator``)."""
+        rows = [("turn", a) for a in self.turn_advantages]
+        rows += [("extra", a) for _, a in self.extra]
+        for toks in self.token_advantages or ():
+            rows += [("token", x) for x in (toks or ()) if x is not None]
+        for kind, vals in rows:
+            if any(not math.isfinite(v) for v in vals):
+                raise FloatingPointError(
+                    f"credit estimator {estimator!r} produced a non-finite {kind} advantage "
+                    f"({list(vals)[:8]}...); refusing to train on it")
+
+def group_by_group_id(trajectories: Sequence[Trajectory]) -> list[TrajectoryGroup]:
     """Groups trajectories by ``group_id`` keeping first-seen order."""
     buckets: dict[str, list[Trajectory]] = {}
     for t in trajectories:

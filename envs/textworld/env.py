@@ -33,7 +33,7 @@ class TextWorldEnv(TextEnv):
     ``reset(seed=i)`` starts task number ``i`` of the split (so ``seed`` names
     the task); ``options={"task_index": i}`` does the same explicitly.  Reward is
     1 on success and 0 otherwise; an episode ends on success or after
-    ``max_steps`` actions (truncation).
+    ``max_turns`` actions (truncation; ALFWorld's limit is 50).
 
     ``info`` carries privileged keys for credit modules only: ``admissible_commands``,
     ``progress`` (subgoal facts), ``state_key``, ``task_type``, ``won``.
@@ -42,15 +42,15 @@ class TextWorldEnv(TextEnv):
     (as the other turngym envs do; stepping on would keep paying the win's reward).
     """
 
-    def __init__(self, split: str = "train", max_steps: int = 50,
+    def __init__(self, split: str = "train", max_turns: int = 50,
                  world: WorldConfig | dict | None = None, render_mode: str | None = None):
         super().__init__(render_mode)
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+        if max_turns < 1:
+            raise ValueError("max_turns must be >= 1")
         self.split = split
-        self.max_steps = max_steps
+        self.max_turns = max_turns
         self.world_config = make_world_config(world)
         self.world: World | None = None
 
@@ -74,14 +74,14 @@ class TextWorldEnv(TextEnv):
     def step(self, action: str):
         if self.world is None:
             raise RuntimeError("call reset() before step()")
-        if self.world.state.won or self.world.state.steps >= self.max_steps:
+        if self.world.state.won or self.world.state.steps >= self.max_turns:
             raise RuntimeError("episode is over (terminated or truncated); call reset()")
         if not isinstance(action, str):
             action = str(action)
         feedback, valid = self.world.step(action[: self.max_action_length])
         won = self.world.state.won
         reward = 1.0 if won else 0.0
-        truncated = not won and self.world.state.steps >= self.max_steps
+        truncated = not won and self.world.state.steps >= self.max_turns
         obs = sanitize(feedback, self.max_observation_length)
         self._last_obs = obs
         return obs, reward, won, truncated, self._info(valid=valid)

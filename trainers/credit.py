@@ -1,0 +1,97 @@
+"""Credit phase: the services an estimator declared, and per-turn advantages for a step.
+
+An estimator names what it calls (``register_estimator(..., requires=...)``) and the
+trainer builds only that: gold-answer scorers over the current policy or the frozen
+reference, a policy exposing the trainer's model (entropies), a brancher resuming
+episodes at exact prefixes, a judge.  Episodes that ended because the env raised are
+not trained on: they say nothing about the policy, and counting them as failures
+would teach it to avoid the env's bugs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .. import credit as credit_lib
+from ..agents.branching import BranchPoint, continue_from
+from ..agents.hf_backend import HFPolicy
+from ..agents.policy import HasModel
+from ..agents.prompting import ChatPrompter
+from ..agents.rollout import EnvPool, RolloutConfig
+from ..types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup
+
+
+@dataclass
+class Brancher:
+    """Exact-prefix continuations for branch-based credit and the probe; ``version`` is
+    the policy version stamped on what it samples (the RL step)."""
+
+    policy: Any
+    prompter: ChatPrompter
+    pool: EnvPool
+    rcfg: RolloutConfig
+    version: int = 0
+
+    def __call__(self, points: Sequence[BranchPoint]) -> list[Trajectory]:
+        return continue_from(self.policy, self.prompter, self.pool, points, self.rcfg,
+                             self.version)
+
+
+def make_judge(spec: dict):
+    """``{"kind": "oracle"}`` or ``{"kind": "openai", "base_url": ..., ...OpenAIJudge args}``."""
+    from ..credit.llm_judge import OpenAIJudge
+    from ..credit.roles import OracleJudge
+
+    spec = dict(spec)
+    kind = spec.pop("kind", "oracle")
+    if kind == "oracle":
+        return OracleJudge()
+    if kind == "openai":
+        if "base_url" not in spec:
+            raise ValueError("an openai judge needs base_url (e.g. http://127.0.0.1:8001/v1)")
+        return OpenAIJudge(**spec)
+    raise ValueError(f"unknown judge kind {kind!r}; use oracle or openai")
+
+
+def credit_context(name: str, params: Any, policy, model, ref, tokenizer,
+                   brancher: Brancher | None = None, precision: str | None = None
+                   ) -> credit_lib.CreditContext:
+    """The services estimator ``name`` declared (``params``: its params dataclass)."""
+    needs = credit_lib.requirements(name)
+    if not isinstance(policy, HasModel):  # e.g. vLLM: estimators read entropies off the
+        policy = HFPolicy(model, tokenizer, precision=precision)  # trainer's copy instead
+    ctx = credit_lib.CreditContext(policy=policy, reference=ref, brancher=brancher)
+    template = getattr(params, "answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
+    if "scorer" in needs:
+        ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template, precision=precision)
+    if "reference_scorer" in needs:
+        if ref is None:
+            raise ValueError(f"credit estimator {name!r} needs a frozen reference model")
+        ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template,
+                                                     precision=precision)
+    if "judge" in needs:
+        ctx.judge = make_judge(getattr(params, "judge", None) or {"kind": "oracle"})
+    return ctx
+
+
+def drop_errored(groups: Sequence[TrajectoryGroup]) -> tuple[list[TrajectoryGroup], int]:
+    """Groups without the episodes the env cut off with an error (a group left empty is
+    dropped); and how many episodes were removed."""
+    out, n = [], 0
+    for g in groups:
+        keep = tuple(t for t in g if t.stop_reason is not StopReason.ERROR)
+        n += len(g) - len(keep)
+        if keep:
+            out.append(dataclasses.replace(g, trajectories=keep) if len(keep) < len(g) else g)
+    return out, n
+
+
+def assign_step_credit(name: str, params: Any, groups: Sequence[TrajectoryGroup],
+                       ctx: credit_lib.CreditContext
+                       ) -> tuple[list[TrajectoryGroup], list[CreditAssignment], dict]:
+    """(the groups trained on, their credit, step metrics)."""
+    trained, errored = drop_errored(groups)
+    credits = credit_lib.assign_credit(name, trained, params, ctx) if trained else []
+    return trained, credits, {"env_error_episodes": float(errored)}
