@@ -416,3 +416,21 @@ def test_head_size_comes_from_the_model_config(model_dir, tmp_path):
         {"hidden_size": 576, "num_attention_heads": 9, "head_dim": 64}))
     assert model_head_size(tmp_path) == 64
     assert model_head_size(tmp_path / "missing") is None
+
+
+def test_the_bundled_vllm_configs_pass_check_compatible(tmp_path):
+    from pathlib import Path
+
+    from turngym.agents.vllm_backend import check_compatible
+    root = Path(__file__).resolve().parents[1] / "configs"
+    gpu = sorted(p.stem for p in root.glob("gpu_*.yaml"))
+    assert gpu
+    for name in gpu:  # the GPU recipe: bf16 engine, bf16 autocast, recomputed log-probs
+        cfg = _cfg_named(name, f"model.path={tmp_path}")
+        assert cfg.agent.backend == "vllm"
+        check_compatible(cfg)
+
+
+def _cfg_named(name, *over):
+    from turngym.config import load_config
+    return load_config(name, list(over))
