@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import lru_cache
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,8 @@ def _task_type_names(task_types: Iterable[int | str] | None) -> tuple[str, ...]:
 def collect_alfworld_games(data_dir: str | os.PathLike | None, split: str,
                            task_types: Iterable[int | str] | None = None) -> list[Path]:
     """The solvable ``game.tw-pddl`` files of ``split``, sorted; raises (never hangs)
-    when there are none, naming the directory and ALFWorld's download step."""
+    when there are none, naming the directory and ALFWorld's download step.  The scan
+    (every game file is read once) is cached per process: a rollout pool makes many envs."""
     if split not in SPLIT_DIRS:
         raise ValueError(f"unknown ALFWorld split {split!r}; choose one of {sorted(SPLIT_DIRS)}")
     root = data_root(data_dir)
@@ -92,7 +94,11 @@ def collect_alfworld_games(data_dir: str | os.PathLike | None, split: str,
     if not split_dir.is_dir():
         raise FileNotFoundError(f"ALFWorld data not found: {split_dir} does not exist. "
                                 f"{DOWNLOAD_HINT}.")
-    wanted = set(_task_type_names(task_types))
+    return list(_scan(split_dir.resolve(), tuple(sorted(set(_task_type_names(task_types))))))
+
+
+@lru_cache(maxsize=32)
+def _scan(split_dir: Path, wanted: tuple[str, ...]) -> tuple[Path, ...]:
     games: list[Path] = []
     seen = 0
     for traj in sorted(split_dir.rglob("traj_data.json")):
@@ -114,7 +120,7 @@ def collect_alfworld_games(data_dir: str | os.PathLike | None, split: str,
                 if seen else "no trials (traj_data.json)")
         raise FileNotFoundError(f"ALFWorld data incomplete: {split_dir} has {what}. "
                                 f"{DOWNLOAD_HINT}.")
-    return games
+    return tuple(games)
 
 
 class ALFWorldEnv(GameEnv):
