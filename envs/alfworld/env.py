@@ -130,6 +130,7 @@ class ALFWorldEnv(GameEnv):
     default_task_type = "alfworld"
     plan_from_reset = False  # a planner: ask it for the current state only
     inadmissible_is_noop = True  # PDDL: a command not in the list changes nothing
+    case_insensitive = False
 
     def __init__(self, data_dir: str | os.PathLike | None = None, split: str = "train",
                  max_turns: int = 50, task_types: Sequence[int | str] | None = None,

@@ -147,6 +147,7 @@ class GameEnv(TextEnv):
     # a command outside the admissible list leaves the state as it was (true of PDDL
     # engines; an Inform game may accept a synonym), so it does not leave the walkthrough
     inadmissible_is_noop = False
+    case_insensitive = True  # Inform's parser ignores case; ALFWorld's matches exactly
 
     def __init__(self, split: str = "train", max_turns: int = 50, reward: str = "won",
                  render_mode: str | None = None):
@@ -259,7 +260,8 @@ class GameEnv(TextEnv):
         if refusal is not None:
             obs, valid = refusal, False
         else:
-            valid = command in admissible or command.lower() in admissible
+            valid = command in admissible or (self.case_insensitive
+                                               and command.lower() in admissible)
             self._state, _, _ = self._engine.step(command)
             self._actions.append(command)
             if valid or not self.inadmissible_is_noop:
