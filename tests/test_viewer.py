@@ -397,11 +397,13 @@ def test_probe_writes_per_turn_mc_truth_the_viewer_shows(tmp_path, tiny_stack):
         assert set(rec["credit"]) == set(res["modules"])
         assert [len(r) for r in rec["mc_advantage"]] == [len(t["turns"])
                                                          for t in rec["trajectories"]]
+        assert [len(r) for r in rec["mc_se"]] == [len(r) for r in rec["mc_advantage"]]
     index, blobs = build_view(tmp_path / "probe")
     assert [s["key"] for s in index["steps"]] == ["probe"]
     g = blobs["probe"][0]
     assert g["mc"] == [[round(x, 4) for x in row] for row in recs[0]["mc_advantage"]]
     assert g["sources"]["grpo"] == "logged" and set(g["mc_spearman"]) >= {"grpo"}
+    assert all(x is None or x >= 0 for row in g["mc_se"] for x in row)
 
 
 # ------------------------------------------------------------------ the page, the CLI
@@ -612,7 +614,8 @@ def test_probe_step_draws_mc_truth_under_each_rollout(tmp_path, chromium):
     credits = {n: credit.assign_credit(n, groups, {}, _judge_ctx()) for n in names}
     # a stand-in truth with the probe's shape (its real values are tested above)
     truth = [[np.linspace(-0.5, 0.5, t.num_turns) for t in g] for g in groups]
-    write_probe_samples(tmp_path / "probe", groups, credits, truth)
+    se = [[np.full(t.num_turns, 0.125) for t in g] for g in groups]
+    write_probe_samples(tmp_path / "probe", groups, credits, truth, standard_errors=se)
     _write_run(tmp_path / "run", "search", steps=(1,))
     path, index = write_view(tmp_path / "run", probe=tmp_path / "probe")
     assert [s["key"] for s in index["steps"]] == ["s1", "probe"]
@@ -624,6 +627,8 @@ def test_probe_step_draws_mc_truth_under_each_rollout(tmp_path, chromium):
     assert pg.locator(".mc").count() == pg.locator(".turn").count() == \
         sum(t.num_turns for t in groups[0])
     assert "Spearman with the MC truth" in pg.inner_text("#note")
+    tip = pg.get_attribute(".rollout[data-i='0'] .turn[data-t='0']", "title")
+    assert "MC truth -0.500 \u00b1 0.125" in tip
     view.clean()
 
 

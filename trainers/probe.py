@@ -35,8 +35,8 @@ from ..agents.rollout import EnvPool, rollout
 from ..types import TrajectoryGroup
 from .checkpoint import write_atomic_text
 from .credit import Brancher, credit_context
-from .samples import write_probe_samples
 from .runtime import env_factory, quiet_transformers, rollout_config
+from .samples import write_probe_samples
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -232,6 +232,7 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
                      "split_half_spearman": split_half_ceiling(truth),
                      "n_boot": n_boot, "modules": {}, "skipped": {}}
     brancher = Brancher(policy, prompter, pool, rcfg)
+    logged: dict = {}  # name -> credits, for probe_samples.jsonl (turngym view)
     for name in estimators or credit_lib.list_estimators():
         # the config's params apply to the estimator it names; the others use defaults
         params = credit_lib.make_params(name, given if name == cfg.rl.credit.name else {})
@@ -242,12 +243,15 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
         except (KeyError, ValueError) as exc:  # e.g. no gold answer / state keys in this env
             results["skipped"][name] = str(exc)
             continue
+        logged[name] = credits
         est = per_turn_estimates(credits, groups)
         results["modules"][name] = bootstrap_agreement(est, truth, n_boot, seed)
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic_text(out / "probe.json", json.dumps(results, indent=1))
+        write_probe_samples(out, groups, logged, truth.advantages(), tok,
+                            standard_errors=truth.standard_errors())
         try:
             plot_probe(results, out / "probe.png")
         except Exception as exc:  # a plot must never lose the numbers

@@ -89,8 +89,12 @@ def clip_text(text: str, max_chars: int) -> str:
     return text[:max_chars] + f" ... [{len(text) - max_chars} more chars]"
 
 
+_SKIP = object()  # "not small enough to keep"
+
+
 def _scalar(v: Any) -> Any:
-    """A JSON-safe scalar for ``v`` (numpy scalars unwrapped), or ``None`` if it is not one."""
+    """A JSON-safe scalar for ``v`` (numpy scalars unwrapped; NaN/inf as ``None``), or
+    ``_SKIP`` when ``v`` is not a scalar or a string longer than ``_MAX_SCALAR_STR``."""
     if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, bool) or v is None or isinstance(v, int):
@@ -100,9 +104,6 @@ def _scalar(v: Any) -> Any:
     if isinstance(v, str) and len(v) <= _MAX_SCALAR_STR:
         return v
     return _SKIP
-
-
-_SKIP = object()
 
 
 def _small_value(v: Any) -> Any:
@@ -193,6 +194,7 @@ def group_record(group: TrajectoryGroup, credits: Mapping[str, CreditAssignment]
                  step: int, estimator: str | None, params: Any = None,
                  max_text: int = 4000, tokenizer=None, scores: Mapping[str, dict] | None = None,
                  mc_advantages: Sequence[Sequence[float]] | None = None,
+                 mc_standard_errors: Sequence[Sequence[float]] | None = None,
                  source: str = "train") -> dict:
     """One group as a JSON-able sample record (pure: reads the group, writes nothing).
 
@@ -200,7 +202,8 @@ def group_record(group: TrajectoryGroup, credits: Mapping[str, CreditAssignment]
     estimator during training; every module in a probe).  ``tokenizer`` adds the
     decoded response where it differs from the parsed action.  ``scores`` holds
     :func:`logged_scores` under ``"policy"`` / ``"reference"``.  ``mc_advantages``: the
-    probe's Monte-Carlo true advantage of every turn."""
+    probe's Monte-Carlo true advantage of every turn, ``mc_standard_errors`` its standard
+    error."""
     trajs = []
     for tr in group:
         turns = []
@@ -229,6 +232,9 @@ def group_record(group: TrajectoryGroup, credits: Mapping[str, CreditAssignment]
         rec["scores"] = dict(scores)
     if mc_advantages is not None:
         rec["mc_advantage"] = [[float(x) for x in row] for row in mc_advantages]
+    if mc_standard_errors is not None:  # NaN (one continuation) as null
+        rec["mc_se"] = [[float(x) if math.isfinite(x) else None for x in row]
+                        for row in mc_standard_errors]
     return rec
 
 
@@ -371,17 +377,22 @@ def log_samples(cfg, step: int, groups: Sequence[TrajectoryGroup],
 def write_probe_samples(out_dir: str | Path, groups: Sequence[TrajectoryGroup],
                         credits: Mapping[str, Sequence[CreditAssignment]],
                         truth: Sequence[Sequence[Sequence[float]]], tokenizer=None,
-                        max_text: int = 4000) -> Path:
+                        max_text: int = 4000,
+                        standard_errors: Sequence[Sequence[Sequence[float]]] | None = None
+                        ) -> Path:
     """``out_dir/probe_samples.jsonl`` (replaced atomically): every probe group with
     each module's advantages (``credits[name][g]``) and the Monte-Carlo true advantage
-    of every turn (``truth[g][i][t]``), for ``turngym view``."""
+    of every turn (``truth[g][i][t]``, with its standard error when given), for
+    ``turngym view``."""
     from .checkpoint import write_atomic_text
 
     lines = []
     for g, group in enumerate(groups):
         rec = group_record(group, {name: c[g] for name, c in credits.items()}, step=0,
                            estimator=None, max_text=max_text, tokenizer=tokenizer,
-                           mc_advantages=truth[g], source="probe")
+                           mc_advantages=truth[g], source="probe",
+                           mc_standard_errors=(standard_errors[g] if standard_errors is not None
+                                               else None))
         rec.update(slot=g, groups_at_step=len(groups))
         lines.append(_line(rec).decode("utf-8"))
     path = Path(out_dir) / PROBE_SAMPLES_FILE

@@ -116,6 +116,8 @@ def group_view(rec: Mapping[str, Any], names: Sequence[str]) -> dict:
     mc = rec.get("mc_advantage")
     if mc is not None:
         out["mc"] = _rows(mc)
+        if rec.get("mc_se") is not None:
+            out["mc_se"] = [[None if x is None else _r(x) for x in row] for row in rec["mc_se"]]
         truth = [x for row in mc for x in row]
         out["mc_spearman"] = {n: _r(spearman([x for row in v for x in row], truth))
                               for n, v in sets.items() if v is not None and len(truth) > 1}
@@ -450,6 +452,11 @@ function renderEstimators(g) {
   });
 }
 
+function se(g, i, t) {
+  var x = g.mc_se ? g.mc_se[i][t] : null;
+  return x === null || x === undefined ? "" : " \u00b1 " + x.toFixed(3);
+}
+
 function tooltip(g, i, t) {
   var tr = g.rollouts[i], turn = tr.turns[t], lines = [];
   var v = g.sets[state.est];
@@ -460,7 +467,7 @@ function tooltip(g, i, t) {
   if (others.length) lines.push(others.join("  |  "));
   var facts = "env reward " + turn.reward;
   if (g.roles && g.roles[i][t]) facts += "  |  oracle role " + g.roles[i][t];
-  if (g.mc) facts += "  |  MC truth " + fmt(g.mc[i][t]);
+  if (g.mc) facts += "  |  MC truth " + fmt(g.mc[i][t]) + se(g, i, t);
   if (g.gold) facts += "  |  gold log-prob " + g.gold[i][t].toFixed(3);
   lines.push(facts);
   lines.push("action: " + short(turn.action, 200));
@@ -537,7 +544,7 @@ function renderRows(g) {
       tr.turns.forEach(function (turn, t) {
         var m = el("div", "mc");
         m.style.background = colour(mcScale > 0 ? g.mc[i][t] / mcScale : 0);
-        m.title = "turn " + t + "  MC truth " + fmt(g.mc[i][t]);
+        m.title = "turn " + t + "  MC truth " + fmt(g.mc[i][t]) + se(g, i, t);
         mc.appendChild(m);
       });
       stack.appendChild(mc);
@@ -561,7 +568,7 @@ function renderDetail(g) {
   box.appendChild(el("h3", null, "rollout #" + i + ", turn " + t));
   var adv = INDEX.estimators.filter(function (n) { return g.sets[n]; })
     .map(function (n) { return n + ": " + fmt(g.sets[n][i][t]); });
-  if (g.mc) adv.push("MC truth: " + fmt(g.mc[i][t]));
+  if (g.mc) adv.push("MC truth: " + fmt(g.mc[i][t]) + se(g, i, t));
   box.appendChild(el("pre", "adv", adv.join("\n")));
   box.appendChild(el("div", "lbl", "action"));
   box.appendChild(el("pre", "action", turn.action));
