@@ -28,20 +28,63 @@ def test_estimator_in_training_loop(tmp_path, config, credit, smoke, metric):
     assert all(metric in r and r["credit_s"] >= 0 for r in recs)
 
 
-def test_compare_shares_one_warm_start(tmp_path):
-    from turngym.cli import main
+def test_compare_two_seeds_share_one_warm_start_per_seed(tmp_path):
+    import json
 
+    from turngym.cli import main
     out = tmp_path / "cmp"
     overrides = [o for o in TW_SMOKE if not o.startswith("rl.steps=")]
     code = main(["compare", "--config", "quickstart", "--credits", "grpo,step_groups",
-                 "--no-progress", f"output_dir={out}", "rl.steps=1", "eval.num_tasks=2",
+                 "--seeds", "0,1", "--no-progress", f"output_dir={out}", "rl.steps=1",
+                 "eval.num_tasks=4", "--results", str(tmp_path / "compare_textworld.json"),
                  *overrides])
     assert code == 0
-    import json
+    rec = json.loads((tmp_path / "compare_textworld.json").read_text())
+    assert rec["episodes_per_eval"] == 4 and rec["split"] == "valid_unseen"
+    assert set(rec["estimators"]) == {"grpo", "step_groups"}
+    assert set(rec["vs_grpo"]) == {"step_groups"}
+    assert set(rec["estimators"]["grpo"]) >= {"seeds", "final", "mean", "ci95"}
+    assert (tmp_path / "compare_textworld.png").exists()
     res = json.loads((out / "compare.json").read_text())
-    assert set(res["runs"]) == {"grpo", "step_groups"}
-    w = [(out / n / "warmstart" / "model.safetensors").read_bytes() for n in res["runs"]]
-    assert w[0] == w[1] == (out / "shared" / "warmstart" / "model.safetensors").read_bytes()
-    # the same warm start evaluates identically in both runs
-    assert res["runs"]["grpo"]["warmstart_eval"] == res["runs"]["step_groups"]["warmstart_eval"]
+    assert res["seeds"] == [0, 1] and res["baseline"] == "grpo"
+    assert res["command"].startswith("turngym compare")
+    st = res["splits"]["valid_unseen"]
+    assert set(st["estimators"]) == {"grpo", "step_groups"} and st["tasks_per_seed"] == 4
+    for name, e in st["estimators"].items():
+        assert e["seeds"] == [0, 1] and len(e["final"]) == 2
+        assert e["ci95"][0] <= e["mean"] <= e["ci95"][1]
+    d = st["vs_baseline"]["step_groups"]
+    assert d["ci95"][0] <= d["diff_mean"] <= d["ci95"][1]
+    for seed in (0, 1):
+        shared = (out / f"seed_{seed}" / "shared" / "warmstart" / "model.safetensors")
+        for n in ("grpo", "step_groups"):  # every estimator starts from the seed's warm start
+            run = out / f"seed_{seed}" / n
+            assert (run / "warmstart" / "model.safetensors").read_bytes() == shared.read_bytes()
+            summary = json.loads((run / "summary.json").read_text())
+            assert summary["warmstart_eval"] == json.loads(
+                (out / f"seed_{seed}" / "shared" / "warmstart_eval.json").read_text())
+    # seeds differ: their warm starts differ
+    a, b = ((out / f"seed_{s}" / "shared" / "warmstart" / "model.safetensors").read_bytes()
+            for s in (0, 1))
+    assert a != b
     assert (out / "compare.png").stat().st_size > 1000
+    # a rerun reuses everything (nothing is retrained) and gives the same numbers
+    assert main(["compare", "--config", "quickstart", "--credits", "grpo,step_groups",
+                 "--seeds", "0,1", "--no-progress", f"output_dir={out}", "rl.steps=1",
+                 "eval.num_tasks=4", *overrides]) == 0
+    assert json.loads((out / "compare.json").read_text())["splits"] == res["splits"]
+
+
+def test_paired_bootstrap_detects_a_real_difference_and_not_noise():
+    import numpy as np
+
+    from turngym.trainers.compare import paired_bootstrap
+    rng = np.random.default_rng(0)
+    base = [(rng.random(300) < 0.3).astype(float) for _ in range(3)]
+    better = [np.maximum(b, (rng.random(300) < 0.2)) for b in base]  # strictly more successes
+    same = [(rng.random(300) < 0.3).astype(float) for _ in range(3)]
+    st = paired_bootstrap({"grpo": base, "better": better, "same": same}, "grpo", n_boot=2000)
+    assert st["vs_baseline"]["better"]["ci95"][0] > 0
+    lo, hi = st["vs_baseline"]["same"]["ci95"]
+    assert lo < 0 < hi
+    assert st["estimators"]["grpo"]["mean"] == pytest.approx(np.mean(base))

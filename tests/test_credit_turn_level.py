@@ -150,7 +150,7 @@ def test_td_log_ratio_with_a_real_frozen_model(lm):
     assert res.metrics["value_final_mean"] != 0.0
 
 
-def _brute_step_adv(group, gamma, eps=1e-6):
+def _brute_step_adv(group, gamma, eps=1e-6, ddof=0):
     """O(N^2) reference: compare every turn with every other turn."""
     items = []
     for i, tr in enumerate(group):
@@ -165,7 +165,7 @@ def _brute_step_adv(group, gamma, eps=1e-6):
         if len(same) < 2 or np.std(same) == 0:
             out[i, t] = 0.0
         else:
-            out[i, t] = (ret - np.mean(same)) / (np.std(same) + eps)
+            out[i, t] = (ret - np.mean(same)) / (np.std(same, ddof=ddof) + eps)
     return out
 
 
@@ -178,13 +178,16 @@ def test_step_groups_match_bruteforce_and_share_only_equal_states():
         rewards = [0.0] * (T - 1) + [float(rng.random() < 0.5)]
         trajs.append(_traj(rng, T, 40, rewards[-1], keys=keys, rewards=rewards))
     g = TrajectoryGroup(tuple(trajs), "task")
-    res = assign_credit("step_groups", [g], {"gamma": 0.9, "step_weight": 0.5})[0]
     episode = assign_credit("grpo", [g])[0]
-    brute = _brute_step_adv(g, 0.9)
-    for i, tr in enumerate(g):
-        for t in range(tr.num_turns):
-            expect = episode.turn_advantages[i][t] + 0.5 * brute[i, t]
-            assert res.turn_advantages[i][t] == pytest.approx(expect, abs=1e-9)
+    for ddof in (1, 0):  # sample std (default, as the episode part) and population std
+        res = assign_credit("step_groups", [g], {"gamma": 0.9, "step_weight": 0.5,
+                                                 "ddof": ddof})[0]
+        brute = _brute_step_adv(g, 0.9, ddof=ddof)
+        ep = episode if ddof == 1 else assign_credit("grpo", [g], {"ddof": 0})[0]
+        for i, tr in enumerate(g):
+            for t in range(tr.num_turns):
+                expect = ep.turn_advantages[i][t] + 0.5 * brute[i, t]
+                assert res.turn_advantages[i][t] == pytest.approx(expect, abs=1e-9)
     assert 0 < res.metrics["grouped_turn_frac"] <= 1
 
 

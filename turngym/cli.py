@@ -1,5 +1,5 @@
-"""Command line: ``turngym train | eval | compare | probe | view | serve | serve-retriever |
-envs | credits``.
+"""Command line: ``turngym train | eval | compare | probe | judge-eval | view | serve |
+serve-retriever | envs | credits``.
 
     turngym train --config quickstart rl.steps=20 output_dir=runs/x
     turngym train --config quickstart --resume          # continue runs/quickstart
@@ -73,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", help="directory for probe.json and probe.png")
     pr.add_argument("--seed", type=int, default=0, help="first task index and sampler seed")
     pr.add_argument("--no-progress", action="store_true")
+    pr.add_argument("--results", help="also write the results record (docs/results/probe_*.json)")
     pr.add_argument("overrides", nargs="*")
     c = sub.add_parser("compare", help="same warm start, one RL run per credit estimator, "
                                        "learning curves on one plot")
@@ -81,6 +82,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (one shared "
                                                "warm start per seed)")
     c.add_argument("--baseline", default="grpo", help="estimator the others are compared to")
+    c.add_argument("--results", help="also write the results record (docs/results/"
+                                     "compare_*.json) for the config's last eval split")
+    rs = sub.add_parser("results", help="measure and render docs/results (quickstart seeds; "
+                                        "render the markdown)")
+    rs.add_argument("what", choices=["quickstart", "render"])
+    rs.add_argument("--config", default="quickstart")
+    rs.add_argument("--seeds", default="0,1,2")
+    rs.add_argument("--dir", default="docs/results", help="results directory")
+    rs.add_argument("--out", default="docs/results.md", help="rendered markdown (render)")
+    rs.add_argument("--readme", default=None, help="also refresh this README's generated "
+                                                   "quickstart block (render)")
+    rs.add_argument("--runs", default="runs/results_quickstart", help="where the runs go")
+    rs.add_argument("--no-progress", action="store_true")
+    rs.add_argument("overrides", nargs="*")
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("overrides", nargs="*")
     sv = sub.add_parser("serve", help="OpenAI-compatible chat server over a local model "
@@ -95,6 +110,34 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-tokens-cap", type=int, default=1024,
                     help="largest max_tokens / max_completion_tokens accepted")
     sv.add_argument("--max-n", type=int, default=8, help="largest n accepted")
+    je = sub.add_parser("judge-eval", help="measure an LLM judge's segment roles against the "
+                                           "oracle judge (agreement, kappa, confusion, latency)")
+    je.add_argument("--config", default=None, help="config (default: the run's config.yaml "
+                                                  "next to --checkpoint / in --samples)")
+    je.add_argument("--checkpoint", help="policy model dir to roll out (e.g. runs/x/final)")
+    je.add_argument("--samples", help="instead of rollouts: a run dir (its samples.jsonl) or "
+                                      "a samples.jsonl file")
+    je.add_argument("--split", help="env split for rollouts (default: the train split)")
+    je.add_argument("--tasks", type=int, default=32, help="tasks rolled out")
+    je.add_argument("--group-size", type=int, default=4, help="episodes per task")
+    je.add_argument("--segments", type=int, default=200, help="segments sent to the judge")
+    je.add_argument("--sampling", default="stratified", choices=["stratified", "natural"],
+                    help="by oracle role (equal shares) or as they occur")
+    je.add_argument("--seed", type=int, default=0, help="first task, sampler and draw seed")
+    je.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8001/v1 "
+                                       "(default: the config's rl.credit.params.judge)")
+    je.add_argument("--judge-model", help="model name sent to the server")
+    je.add_argument("--system-prompt-file", help="the judge's system prompt (default: built in)")
+    je.add_argument("--user-template-file", help="the judge's user message template")
+    je.add_argument("--max-tokens", type=int, help="judge reply token cap")
+    je.add_argument("--retries", type=int, help="judge retries per segment")
+    je.add_argument("--timeout", type=float, help="judge request timeout (s)")
+    je.add_argument("--workers", type=int, default=1, help="concurrent judge requests")
+    je.add_argument("--out", required=True, help="directory for judge_eval.json / .png")
+    je.add_argument("--results", help="also write the JSON (and PNG beside it) here, e.g. "
+                                      "docs/results/judge_textworld.json")
+    je.add_argument("--no-progress", action="store_true")
+    je.add_argument("overrides", nargs="*")
     vw = sub.add_parser("view", help="write one self-contained HTML page of a run's logged "
                                      "trajectories coloured by per-turn advantage")
     vw.add_argument("run_dir", help="run directory (holds samples.jsonl) or a probe --out dir")
@@ -133,12 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = list(args.overrides) + extra
     if args.command in ("envs", "credits", "view"):
+        import gymnasium as gym
+
         from .config import import_plugins
-        import_plugins(args.plugin)
-    if args.command == "envs":
         from .envs import list_envs
+        before = set(gym.registry)
+        import_plugins(args.plugin)
+        plugin_envs = sorted(set(gym.registry) - before)
+    if args.command == "envs":
         for env_id, desc in list_envs():
             print(f"{env_id:<28s} {desc}")
+        for env_id in plugin_envs:
+            print(f"{env_id:<28s} (plugin) {gym.spec(env_id).entry_point}")
         return 0
     if args.command == "serve":
         return _serve_chat(args)
@@ -170,6 +219,10 @@ def _load(args):
 def _run(args) -> int:
     if args.command == "eval":
         return _eval(args)
+    if args.command == "judge-eval":
+        return _judge_eval(args)
+    if args.command == "results":
+        return _results(args)
     cfg = _load(args)
     if args.command == "compare":
         from .trainers.compare import compare_credits, format_comparison
@@ -178,6 +231,18 @@ def _run(args) -> int:
                               progress=not args.no_progress, baseline=args.baseline,
                               command="turngym " + " ".join(sys.argv[1:]))
         print(format_comparison(res))
+        if args.results:
+            from pathlib import Path
+
+            from .trainers.results import compare_record
+            split = list(cfg.env.eval_splits)[-1]
+            path = Path(args.results)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(compare_record(res, split, res["command"]), indent=1))
+            png = Path(cfg.output_dir) / "compare.png"
+            if png.exists():
+                import shutil
+                shutil.copy(png, path.with_suffix(".png"))
         return 0
     if args.command == "probe":
         from .trainers.probe import format_probe, run_probe
@@ -188,12 +253,114 @@ def _run(args) -> int:
                         progress=not args.no_progress,
                         command="turngym " + " ".join(sys.argv[1:]))
         print(format_probe(res))
+        if args.results:
+            from pathlib import Path
+
+            from .trainers.results import probe_record
+            path = Path(args.results)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(probe_record(res, res["command"]), indent=1))
         return 0
     from .trainers.pipeline import train
     summary = train(cfg, resume=args.resume, overwrite=args.overwrite,
                     progress=not args.no_progress)
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
         _print_comparison(summary)
+    return 0
+
+
+def _results(args) -> int:
+    from pathlib import Path
+
+    from .trainers.results import quickstart_seeds, render
+    if args.what == "render":
+        readme = Path(args.readme) if args.readme else None
+        print(f"written {render(Path(args.dir), Path(args.out), readme)}")
+        return 0
+    cfg = _load(args)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
+                           "turngym " + " ".join(sys.argv[1:]), Path(args.runs),
+                           progress=not args.no_progress)
+    for r in rec["runs"]:
+        print(f"seed {r['seed']}: warm start {r['warmstart']} -> final {r['final']} "
+              f"({r['wall_s'] / 60:.1f} min)")
+    return 0
+
+
+def _judge_eval(args) -> int:
+    import shutil
+    from pathlib import Path
+
+    from .config import ConfigError
+    from .credit.judges import judge_spec
+    from .trainers.evaluate import run_config_for
+    from .trainers.judge_eval import (JudgeEvalError, format_report, groups_from_rollouts,
+                                      groups_from_samples, run_judge_eval, samples_file,
+                                      served_model)
+    if bool(args.checkpoint) == bool(args.samples):
+        raise ConfigError("judge-eval: give --checkpoint (roll out a policy) or --samples "
+                          "(a run's logged groups), one of them")
+    if args.checkpoint and not os.path.isdir(args.checkpoint):
+        raise ConfigError(f"--checkpoint {args.checkpoint}: no such model directory")
+    try:
+        if args.config is None:
+            found = (run_config_for(args.checkpoint) if args.checkpoint
+                     else samples_file(args.samples).parent / "config.yaml")
+            args.config = str(found) if found and Path(found).is_file() else None
+            if args.checkpoint and args.config is None:
+                args.config = "quickstart"
+            print(f"turngym judge-eval: config {args.config}", flush=True)
+    except JudgeEvalError as exc:
+        raise ConfigError(str(exc)) from None
+    cfg = _load(args) if args.config else None
+    judge = {}
+    if cfg is not None and cfg.rl.credit.name == "role_judge":
+        from .config import to_dict
+        judge = dict(to_dict(cfg.rl.credit.params).get("judge") or {})
+    judge.update(kind="openai", spot_check=0.0)
+    for key, val in (("base_url", args.base_url), ("model", args.judge_model),
+                     ("system_prompt_file", args.system_prompt_file),
+                     ("user_template_file", args.user_template_file),
+                     ("max_tokens", args.max_tokens), ("retries", args.retries),
+                     ("timeout", args.timeout)):
+        if val is not None:
+            judge[key] = val
+            if key.endswith("_file"):
+                judge.pop(key[:-5], None)
+    try:
+        spec = judge_spec(judge)
+    except ValueError as exc:
+        raise ConfigError(f"judge-eval: {exc} (--base-url)" if "base_url" in str(exc)
+                          else f"judge-eval: {exc}") from None
+    if min(args.workers, args.tasks, args.group_size, args.segments) < 1:
+        raise ConfigError("--workers, --tasks, --group-size and --segments must be >= 1")
+    if args.checkpoint and args.split:
+        known = [cfg.env.train_split] + list(cfg.env.eval_splits)
+        if args.split not in known:
+            raise ConfigError(f"--split {args.split!r}: this config's splits are {known}")
+    try:
+        served_model(spec.base_url)  # before any rollout: is anybody there?
+        if args.checkpoint:
+            groups, source = groups_from_rollouts(cfg, args.checkpoint, args.split, args.tasks,
+                                                  args.group_size, args.seed)
+            source["config"] = args.config
+        else:
+            groups, source = groups_from_samples(args.samples)
+        res = run_judge_eval(groups, source, spec, args.segments, args.sampling, args.seed,
+                             args.workers, args.out, progress=not args.no_progress,
+                             command="turngym " + " ".join(sys.argv[1:]))
+    except JudgeEvalError as exc:
+        raise ConfigError(str(exc)) from None
+    print(format_report(res))
+    if args.results:
+        path = Path(args.results)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(args.out) / "judge_eval.json", path)
+        png = Path(args.out) / "judge_eval.png"
+        if png.exists():
+            shutil.copy(png, path.with_suffix(".png"))
+    print(f"written {args.out}/judge_eval.json" + (f", {args.results}" if args.results else ""))
     return 0
 
 

@@ -255,7 +255,23 @@ def _load_yaml(name: str, seen: tuple[str, ...] = ()) -> DictConfig:
     base = raw.pop("base", None) if isinstance(raw, DictConfig) else None
     if base is None:
         return raw
-    return OmegaConf.merge(_load_yaml(str(base), seen + (str(path),)), raw)
+    return _merge_layer(_load_yaml(str(base), seen + (str(path),)), raw)
+
+
+def _env_id(cfg) -> str | None:
+    env = cfg.get("env") if isinstance(cfg, DictConfig) else None
+    return env.get("id") if isinstance(env, DictConfig) else None
+
+
+def _merge_layer(lower: DictConfig, upper: DictConfig) -> DictConfig:
+    """``upper`` on ``lower``; env kwargs belong to their env, so a layer that names
+    another env id starts from its own kwargs instead of merging the other env's."""
+    new_id = _env_id(upper)
+    if new_id is not None and new_id != _env_id(lower):
+        lower = OmegaConf.merge(lower, {})
+        if isinstance(lower.get("env"), DictConfig) and "kwargs" in lower.env:
+            lower.env.kwargs = {}
+    return OmegaConf.merge(lower, upper)
 
 
 def load_config(name: str | None = None, overrides: Sequence[str] = (),
@@ -267,9 +283,9 @@ def load_config(name: str | None = None, overrides: Sequence[str] = (),
         raise ConfigError(f"overrides must look like key=value, got {bad}")
     try:
         if name is not None:
-            cfg = OmegaConf.merge(cfg, _load_yaml(name))
+            cfg = _merge_layer(cfg, _load_yaml(name))
         if overrides:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+            cfg = _merge_layer(cfg, OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     if validate_now:

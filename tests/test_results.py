@@ -1,0 +1,51 @@
+"""The results writers, run on tiny configs: quickstart seeds -> quickstart.json, compare
+and probe records in the documented schema, and the markdown rendered from them."""
+
+import json
+
+from test_trainer import SMOKE
+
+from turngym.cli import main
+
+
+def test_quickstart_writer_and_render(tmp_path):
+    res = tmp_path / "results"
+    overrides = [o for o in SMOKE if not o.startswith("checkpoint.")] + ["rl.steps=1"]
+    assert main(["results", "quickstart", "--seeds", "0,1", "--dir", str(res), "--runs",
+                 str(tmp_path / "runs"), "--no-progress", *overrides]) == 0
+    rec = json.loads((res / "quickstart.json").read_text())
+    assert rec["command"].startswith("turngym results quickstart")
+    assert rec["machine"]["cores"] >= 1 and rec["machine"]["torch"]
+    assert [r["seed"] for r in rec["runs"]] == [0, 1]
+    for r in rec["runs"]:
+        assert r["wall_s"] > 0
+        for key in ("warmstart", "final"):
+            assert set(r[key]) == {"valid_unseen"} and 0.0 <= r[key]["valid_unseen"] <= 1.0
+    # the numbers are the runs' own summaries, not typed
+    for r in rec["runs"]:
+        s = json.loads((tmp_path / "runs" / f"seed_{r['seed']}" / "summary.json").read_text())
+        assert r["final"]["valid_unseen"] == s["final_eval"]["valid_unseen"]["success"]
+    assert (res / "quickstart_seed0.png").exists()
+    # probe record through the CLI, then the render
+    rc = main(["probe", "--config", "quickstart", "--checkpoint",
+               str(tmp_path / "runs" / "seed_0" / "final"), "--tasks", "2", "--group-size", "2",
+               "--continuations", "2", "--estimators", "grpo,step_groups", "--no-progress",
+               "--results", str(res / "probe_textworld.json"), *SMOKE])
+    assert rc == 0
+    probe = json.loads((res / "probe_textworld.json").read_text())
+    assert set(probe["modules"]) == {"grpo", "step_groups"}
+    assert probe["command"].startswith("turngym probe") and "machine" in probe
+    out = tmp_path / "results.md"
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results:quickstart -->\nold\n<!-- /results -->\nrest\n")
+    assert main(["results", "render", "--dir", str(res), "--out", str(out),
+                 "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("rest\n") and "old" not in text
+    assert "+-" in text and "seeds 0, 1" in text
+    md = out.read_text()
+    assert "## Quickstart" in md and "| mean |" in md and "| std |" in md
+    assert "Credit-quality probe, text world" in md and "step_groups" in md
+    assert "compare_search.json" in md  # listed as not measured yet
+    first = rec["runs"][0]["final"]["valid_unseen"]
+    assert f"**{first:.3f}**" in md

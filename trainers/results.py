@@ -1,0 +1,251 @@
+"""Results as data: the commands that measure write ``docs/results/*.json``; ``render``
+turns them into ``docs/results.md``.  Nothing in the results is typed by hand.
+
+* ``turngym results quickstart --seeds 0,1,2 [overrides]`` -> ``quickstart.json``:
+  one full ``turngym train`` per seed (warm start and final success per split, wall
+  time), plus each run's learning curve.
+* ``turngym compare ... --results compare_<env>.json`` and
+  ``turngym probe ... --results probe_<env>.json`` write their own files
+  (:func:`compare_record`, :func:`probe_record`).
+* ``turngym results render [--dir docs/results] [--out docs/results.md]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from .checkpoint import write_atomic_text
+
+
+def machine() -> dict:
+    """Where the numbers were measured (they differ across CPUs for the same seed)."""
+    import torch
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = next((x for x in Path("/proc/cpuinfo").read_text().splitlines()
+                      if x.startswith("flags")), "")
+        simd = [f for f in ("avx512f", "avx2") if f" {f}" in flags]
+    except OSError:
+        simd = []
+    return {"cpu": cpu, "simd": simd, "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def _write(path: Path, record: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic_text(path, json.dumps(record, indent=1))
+    return path
+
+
+# ------------------------------------------------------------------------ quickstart
+def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, command: str,
+                     runs_root: Path, progress: bool = True) -> dict:
+    """One full training run per seed; ``quickstart.json`` in the issue's schema."""
+    from .pipeline import train
+
+    runs = []
+    for seed in seeds:
+        out = runs_root / f"seed_{seed}"
+        run_cfg = OmegaConf.merge(cfg, {"seed": int(seed), "output_dir": str(out)})
+        t0 = time.time()
+        if (out / "summary.json").exists():
+            summary = json.loads((out / "summary.json").read_text())
+            wall = float(summary.get("wall_seconds_this_run", 0.0))
+        else:
+            summary = train(run_cfg, resume=(out / "config.yaml").exists(), progress=progress)
+            wall = time.time() - t0
+        runs.append({"seed": int(seed), "wall_s": wall,
+                     "warmstart": {s: m["success"] for s, m in summary["warmstart_eval"].items()},
+                     "final": {s: m["success"] for s, m in summary["final_eval"].items()},
+                     "final_invalid_action_rate": {s: m["invalid_action_rate"]
+                                                   for s, m in summary["final_eval"].items()},
+                     "final_mean_turns": {s: m["mean_turns"]
+                                          for s, m in summary["final_eval"].items()},
+                     "episodes_per_eval": summary["final_eval"][cfg.env.eval_splits[0]]["episodes"]})
+        curve = out / "learning_curve.png"
+        if curve.exists():
+            shutil.copy(curve, out_json.parent / f"quickstart_seed{seed}.png")
+    record = {"command": command, "machine": machine(), "runs": runs}
+    _write(out_json, record)
+    return record
+
+
+# ------------------------------------------------------------------------ compare / probe
+def compare_record(results: dict, split: str, command: str) -> dict:
+    """compare.json -> the issue's schema for one split (final success on ``split``)."""
+    st = results["splits"][split]
+    return {"command": command, "machine": machine(), "split": split,
+            "episodes_per_eval": st["tasks_per_seed"], "baseline": results["baseline"],
+            "estimators": {n: {"seeds": e["seeds"], "final": e["final"], "mean": e["mean"],
+                               "ci95": e["ci95"], "warmstart": e["warmstart"]}
+                           for n, e in st["estimators"].items()},
+            f"vs_{results['baseline']}": st["vs_baseline"],
+            "all_splits": results["splits"]}
+
+
+def probe_record(results: dict, command: str) -> dict:
+    out = dict(results)
+    out["command"] = command
+    out["machine"] = machine()
+    return out
+
+
+# ------------------------------------------------------------------------ render
+def _ci(x: Sequence[float]) -> str:
+    return f"[{x[0]:.3f}, {x[1]:.3f}]"
+
+
+def render_quickstart(rec: dict) -> list[str]:
+    runs = rec["runs"]
+    splits = list(runs[0]["final"])
+    lines = ["## Quickstart: `turngym train --config quickstart`", "",
+             f"Command: `{rec['command']}`", "",
+             "| seed | " + " | ".join(f"{s} warm start | {s} after RL" for s in splits)
+             + " | wall (min) |",
+             "|---|" + "---|---|" * len(splits) + "---|"]
+    for r in runs:
+        cells = [f"{r['warmstart'][s]:.3f} | **{r['final'][s]:.3f}**" for s in splits]
+        lines.append(f"| {r['seed']} | " + " | ".join(cells) + f" | {r['wall_s'] / 60:.1f} |")
+    for name, fn in (("mean", np.mean), ("std", lambda v: np.std(v, ddof=1) if len(v) > 1
+                                         else 0.0)):
+        cells = [f"{fn([r['warmstart'][s] for r in runs]):.3f} | "
+                 f"{fn([r['final'][s] for r in runs]):.3f}" for s in splits]
+        lines.append(f"| {name} | " + " | ".join(cells) + " | |")
+    lines += ["", f"Episodes per evaluation: {runs[0].get('episodes_per_eval', '?')} per split "
+              "(fixed tasks, fixed sampler seed; the same tasks before and after RL).", ""]
+    return lines
+
+
+def render_compare(rec: dict, title: str) -> list[str]:
+    base = rec["baseline"]
+    vs = rec[f"vs_{base}"]
+    lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
+             f"Final success on `{rec['split']}`, {rec['episodes_per_eval']} fixed tasks per "
+             f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
+             "two-level bootstrap (seeds, then tasks within a seed, paired across estimators).",
+             "", f"| estimator | warm start | final (per seed) | mean [95% CI] | vs {base} "
+             "[95% CI] |", "|---|---|---|---|---|"]
+    for name, e in rec["estimators"].items():
+        d = vs.get(name)
+        diff = f"{d['diff_mean']:+.3f} {_ci(d['ci95'])}" if d else "--"
+        lines.append(f"| {name} | {np.mean(e['warmstart']):.3f} | "
+                     f"{', '.join(f'{x:.3f}' for x in e['final'])} | "
+                     f"**{e['mean']:.3f}** {_ci(e['ci95'])} | {diff} |")
+    return lines + [""]
+
+
+def render_probe(rec: dict, title: str) -> list[str]:
+    lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
+             f"{rec['tasks']} tasks x {rec['group_size']} rollouts, {rec['continuations']} "
+             f"Monte-Carlo continuations per state, {rec['turns']} turns, policy success "
+             f"{rec['success']:.3f}; mean |true advantage| {rec['true_adv_abs_mean']:.3f} with "
+             f"mean standard error {rec['true_adv_se_mean']:.3f}; {rec['clear_turns']} turns "
+             f"with |A| > 2 SE. MC split-half Spearman (noise ceiling): "
+             f"{rec['split_half_spearman']:.3f}.", "",
+             "| estimator | Spearman [95% CI] | sign agreement [95% CI] | MSE (z) |",
+             "|---|---|---|---|"]
+    for name, m in rec["modules"].items():
+        lines.append(f"| {name} | {m['spearman']:.3f} {_ci(m['spearman_ci95'])} | "
+                     f"{m['sign_agreement']:.3f} {_ci(m['sign_agreement_ci95'])} | "
+                     f"{m['mse_z']:.3f} |")
+    for name, why in rec.get("skipped", {}).items():
+        lines.append(f"| {name} | skipped: {why[:80]} | | |")
+    return lines + [""]
+
+
+README_BLOCK = ("<!-- results:quickstart -->", "<!-- /results -->")
+
+
+def quickstart_summary(rec: dict) -> str:
+    """Mean +- std over seeds of the quickstart, for the README."""
+    runs = rec["runs"]
+    seeds = ", ".join(str(r["seed"]) for r in runs)
+
+    def ms(vals):
+        sd = np.std(vals, ddof=1) if len(vals) > 1 else 0.0
+        return f"{np.mean(vals):.3f} +- {sd:.3f}"
+    rows = ["| split | success after warm start | success after RL |", "|---|---|---|"]
+    for split in runs[0]["final"]:
+        rows.append(f"| {split} | {ms([r['warmstart'][split] for r in runs])} | "
+                    f"**{ms([r['final'][split] for r in runs])}** |")
+    wall = max(r["wall_s"] for r in runs) / 60
+    return "\n".join([f"Measured on {rec['machine'].get('cpu', 'a CPU')} "
+                      f"({rec['machine'].get('cores')} cores), seeds {seeds}, mean +- std over "
+                      f"seeds, {runs[0].get('episodes_per_eval', '?')} fixed evaluation tasks "
+                      f"per split; every run took at most {wall:.1f} min:", ""] + rows + [
+        "", "Written by `" + rec["command"] + "`; per-seed numbers, curves and the credit "
+        "comparisons are in [docs/results.md](docs/results.md)."])
+
+
+def update_readme(readme: Path, rec: dict) -> bool:
+    """Replaces the README's generated quickstart block; False when it has none."""
+    text = readme.read_text()
+    start, end = README_BLOCK
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    write_atomic_text(readme, head + start + "\n" + quickstart_summary(rec) + "\n" + end + tail)
+    return True
+
+
+def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
+    """docs/results.md from every results JSON present (missing ones are listed)."""
+    results_dir = Path(results_dir)
+    parts = ["# Results", "",
+             "Every number here is read from `docs/results/*.json`, written by the command "
+             "shown above each table; `turngym results render` regenerates this page. "
+             "Numbers differ across CPUs for the same seed, so every result is several seeds "
+             "with confidence intervals.", ""]
+    machines = set()
+    files = {"quickstart.json": ("quickstart", None),
+             "compare_textworld.json": ("compare", "Credit estimators on the text world"),
+             "compare_search.json": ("compare", "Credit estimators on search QA"),
+             "probe_textworld.json": ("probe", "Credit-quality probe, text world"),
+             "probe_search.json": ("probe", "Credit-quality probe, search QA")}
+    missing = []
+    for name, (kind, title) in files.items():
+        p = results_dir / name
+        if not p.exists():
+            missing.append(name)
+            continue
+        rec = json.loads(p.read_text())
+        machines.add(json.dumps(rec.get("machine", {}), sort_keys=True))
+        if kind == "quickstart":
+            parts += render_quickstart(rec)
+            if readme is not None and Path(readme).exists():
+                update_readme(Path(readme), rec)
+            for png in sorted(results_dir.glob("quickstart_seed*.png")):
+                parts += [f"![{png.stem}](results/{png.name})", ""]
+        elif kind == "compare":
+            parts += render_compare(rec, title)
+            png = results_dir / name.replace(".json", ".png")
+            if png.exists():
+                parts += [f"![{png.stem}](results/{png.name})", ""]
+        else:
+            parts += render_probe(rec, title)
+    if machines:
+        parts += ["## Machine", ""]
+        for m in sorted(machines):
+            d = json.loads(m)
+            parts.append(f"* {d.get('cpu')} ({', '.join(d.get('simd', [])) or 'no AVX2'}), "
+                         f"{d.get('cores')} cores, torch {d.get('torch')}, "
+                         f"Python {d.get('python')}")
+        parts.append("")
+    if missing:
+        parts += ["## Not measured yet", ""] + [f"* `{m}`" for m in missing] + [""]
+    write_atomic_text(Path(out_md), "\n".join(parts))
+    return Path(out_md)
