@@ -33,7 +33,7 @@ def test_compare_two_seeds_share_one_warm_start_per_seed(tmp_path):
 
     from turngym.cli import main
     out = tmp_path / "cmp"
-    overrides = [o for o in TW_SMOKE if not o.startswith("rl.steps=")]
+    overrides = [o for o in TW_SMOKE if not o.startswith(("rl.steps=", "eval.num_tasks="))]
     code = main(["compare", "--config", "quickstart", "--credits", "grpo,step_groups",
                  "--seeds", "0,1", "--no-progress", f"output_dir={out}", "rl.steps=1",
                  "eval.num_tasks=4", "--results", str(tmp_path / "compare_textworld.json"),

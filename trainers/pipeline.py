@@ -303,7 +303,7 @@ def _banner(cfg: DictConfig, world: World, point: ResumePoint) -> None:
     start = (f"resuming at step {point.step} ({point.checkpoint})" if point.checkpoint
              else "resuming after the warm start" if point.warmstart else "fresh run")
     print(f"turngym train: {start}\n  output  {cfg.output_dir}\n  env     {cfg.env.id} "
-          f"(train {cfg.env.train_split}, eval {', '.join(cfg.env.eval_splits)})\n"
+          f"(splits: train={cfg.env.train_split}, eval={','.join(cfg.env.eval_splits)})\n"
           f"  model   {model} on {m.device}"
           f"{f' x{world.size} ranks' if world.distributed else ''}, {cfg.threads} threads\n"
           f"  credit  {cfg.rl.credit.name}, {cfg.rl.steps} RL steps of "
