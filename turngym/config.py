@@ -467,5 +467,11 @@ def _check_agent(cfg: DictConfig, errors: list[str]) -> None:
         cfg.agent.action_format.format(action="x")
     except (KeyError, IndexError, ValueError):
         errors.append("agent.action_format must contain {action} and no other field")
+    if cfg.agent.backend is Backend.vllm:
+        from .agents.vllm_backend import check_compatible
+        try:
+            check_compatible(cfg)
+        except ValueError as exc:
+            errors.append(str(exc))
     if cfg.agent.max_new_tokens >= cfg.agent.max_context_tokens:
         errors.append("agent.max_new_tokens must be below agent.max_context_tokens")
