@@ -18,8 +18,12 @@ default: the outcome stays the direction) or ``role_weight * c`` alone
 
 The judge comes from the context: ``OracleJudge`` (privileged env progress, no
 model) or ``OpenAIJudge`` (any OpenAI-compatible server, e.g. ``turngym serve``),
-chosen by ``judge: {kind: oracle | openai, ...}`` in the credit params.
-Metrics: the share of each role, env-facing turns per episode, judge errors.
+chosen by ``judge: {kind: oracle | openai, ...}`` in the credit params (typed:
+:class:`~turngym.credit.judges.JudgeSpec`; measure an LLM judge against the oracle
+first with ``turngym judge-eval``, docs/judge.md).
+Metrics: the share of each role, env-facing turns per episode, judge errors; with
+``judge.spot_check`` also the oracle's role shares on a sampled subset and the
+judge's running agreement / kappa with it (:mod:`turngym.credit.judges`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 
 from ..types import CreditAssignment, TrajectoryGroup
 from .grpo import group_normalize
+from .judges import JudgeSpec, SpotChecks, judge_spec
 from .registry import CreditContext, register_estimator
 from .roles import ROLE_NAMES, Role, segments_of
 from .turn_utils import unflatten
@@ -50,7 +55,7 @@ class ZeroOutcome(str, enum.Enum):
 
 @dataclass(frozen=True)
 class RoleJudgeParams:
-    judge: dict = field(default_factory=lambda: {"kind": "oracle"})  # or {kind: openai, ...}
+    judge: JudgeSpec = field(default_factory=JudgeSpec)  # {kind: oracle} or {kind: openai, ...}
     role_weight: float = 0.5
     role_values: dict = field(default_factory=dict)  # overrides of DEFAULT_ROLE_VALUES
     min_keep: float = 0.1
@@ -61,12 +66,10 @@ class RoleJudgeParams:
 
     def check(self) -> None:
         role_values(self)
-        kind = dict(self.judge).get("kind", "oracle")
-        if kind not in ("oracle", "openai"):
-            raise ValueError(f"role_judge: judge.kind must be oracle or openai, got {kind!r}")
-        if kind == "openai" and "base_url" not in self.judge:
-            raise ValueError("role_judge: an openai judge needs judge.base_url "
-                             "(e.g. http://127.0.0.1:8001/v1)")
+        try:
+            judge_spec(self.judge)
+        except ValueError as exc:
+            raise ValueError(f"role_judge: {exc}") from None
 
 
 def role_values(p: RoleJudgeParams) -> dict[str, float]:
@@ -113,4 +116,6 @@ def role_judge(group: TrajectoryGroup, p: RoleJudgeParams,
     metrics.update({"env_facing_turns_per_episode": env_facing / len(trajs),
                     "judge_errors": float(errors), "segments": float(len(segs)),
                     "reward_mean": float(np.mean(group.outcome_rewards()))})
+    if isinstance(judge, SpotChecks):
+        metrics.update(judge.spot_check(segs, roles).metrics())
     return CreditAssignment(unflatten(adv, offsets), metrics=metrics)

@@ -14,7 +14,8 @@ each segment one of four roles:
 
 :class:`OracleJudge` labels from the env's privileged info (``progress``,
 ``won``, ``state_key``, ``answered``); it needs no model and measures how
-accurate another judge is.
+accurate another judge is (``turngym judge-eval``, and the ``spot_check`` knob of
+``role_judge``; segments without that info are told by :func:`has_oracle_info`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ class OracleJudge:
 
     def label(self, segments: Sequence[Segment]) -> tuple[list[Role], int]:
         return [oracle_role(s) for s in segments], 0
+
+
+ORACLE_INFO_KEYS = ("progress", "state_key")
+
+
+def has_oracle_info(s: Segment) -> bool:
+    """Whether the env gave what :func:`oracle_role` reads: task progress and a state key
+    after the segment (the text worlds and search QA do; an env without them would get
+    "no progress" for everything, which is no reference to measure a judge against)."""
+    return all(k in s.info_after for k in ORACLE_INFO_KEYS)
 
 
 def oracle_role(s: Segment) -> Role:

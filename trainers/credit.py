@@ -39,20 +39,11 @@ class Brancher:
                              self.version)
 
 
-def make_judge(spec: dict):
-    """``{"kind": "oracle"}`` or ``{"kind": "openai", "base_url": ..., ...OpenAIJudge args}``."""
-    from ..credit.llm_judge import OpenAIJudge
-    from ..credit.roles import OracleJudge
-
-    spec = dict(spec)
-    kind = spec.pop("kind", "oracle")
-    if kind == "oracle":
-        return OracleJudge()
-    if kind == "openai":
-        if "base_url" not in spec:
-            raise ValueError("an openai judge needs base_url (e.g. http://127.0.0.1:8001/v1)")
-        return OpenAIJudge(**spec)
-    raise ValueError(f"unknown judge kind {kind!r}; use oracle or openai")
+def make_judge(spec):
+    """The judge ``rl.credit.params.judge`` describes (a JudgeSpec or a mapping such as
+    ``{"kind": "oracle"}``); see :func:`turngym.credit.judges.make_judge`."""
+    from ..credit.judges import make_judge as build
+    return build(spec)
 
 
 def credit_context(name: str, params: Any, policy, model, ref, tokenizer,
