@@ -1,5 +1,9 @@
+import pytest
+
 from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.demos import collect_demos, corrupt_action, demo_rows, demo_texts
+
+pytestmark = pytest.mark.fast
 
 
 def test_noise_injected_demos_succeed_and_mask_injected_actions(tiny_stack):

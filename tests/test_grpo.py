@@ -7,6 +7,8 @@ from turngym.credit import assign_credit, get_estimator, list_estimators
 from turngym.credit.grpo import group_normalize
 from turngym.types import StopReason, Trajectory, TrajectoryGroup, Turn
 
+pytestmark = pytest.mark.fast
+
 
 def _traj(reward, n_turns, i):
     turns = tuple(Turn((1,), (2,), (1,), (-1.0,), "a", "o") for _ in range(n_turns))

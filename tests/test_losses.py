@@ -4,6 +4,8 @@ import torch
 from turngym.trainers.batching import TokenRow, collate, micro_batches
 from turngym.trainers.losses import aggregate, kl_k3, ppo_clip_terms
 
+pytestmark = pytest.mark.fast
+
 
 def test_ppo_clip_hand_values():
     old = torch.zeros(4)

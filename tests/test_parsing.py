@@ -2,6 +2,8 @@ import pytest
 
 from turngym.agents.parsing import parse_action
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("text,action", [
     ("<action>go to cabinet 1</action>", "go to cabinet 1"),

@@ -1,4 +1,8 @@
+import pytest
+
 from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer, numbered_entities
+
+pytestmark = pytest.mark.fast
 
 
 def test_entities_are_single_tokens_and_round_trip():

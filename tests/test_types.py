@@ -1,6 +1,9 @@
 import pytest
 
-from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn, group_by_group_id
+from turngym.types import (CreditAssignment, StopReason, Trajectory, TrajectoryGroup, Turn,
+                           group_by_group_id)
+
+pytestmark = pytest.mark.fast
 
 
 def _turn(p, r):
