@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     je.add_argument("--checkpoint", help="policy model dir to roll out (e.g. runs/x/final)")
     je.add_argument("--samples", help="instead of rollouts: a run dir (its samples.jsonl) or "
                                       "a samples.jsonl file")
+    je.add_argument("--expert", action="store_true",
+                    help="instead of a model: the env's noisy expert (HasOracle) with the "
+                         "warm start's epsilon / corrupt noise")
     je.add_argument("--split", help="env split for rollouts (default: the train split)")
     je.add_argument("--tasks", type=int, default=32, help="tasks rolled out")
     je.add_argument("--group-size", type=int, default=4, help="episodes per task")
@@ -295,20 +298,23 @@ def _judge_eval(args) -> int:
     from .config import ConfigError
     from .credit.judges import judge_spec
     from .trainers.evaluate import run_config_for
-    from .trainers.judge_eval import (JudgeEvalError, format_report, groups_from_rollouts,
+    from .trainers.judge_eval import (JudgeEvalError, format_report, groups_from_expert,
+                                      groups_from_rollouts,
                                       groups_from_samples, run_judge_eval, samples_file,
                                       served_model)
-    if bool(args.checkpoint) == bool(args.samples):
-        raise ConfigError("judge-eval: give --checkpoint (roll out a policy) or --samples "
-                          "(a run's logged groups), one of them")
+    if sum(map(bool, (args.checkpoint, args.samples, args.expert))) != 1:
+        raise ConfigError("judge-eval: give --checkpoint (roll out a policy), --samples "
+                          "(a run's logged groups) or --expert (the env's noisy expert), one "
+                          "of them")
     if args.checkpoint and not os.path.isdir(args.checkpoint):
         raise ConfigError(f"--checkpoint {args.checkpoint}: no such model directory")
     try:
         if args.config is None:
             found = (run_config_for(args.checkpoint) if args.checkpoint
-                     else samples_file(args.samples).parent / "config.yaml")
+                     else samples_file(args.samples).parent / "config.yaml" if args.samples
+                     else None)
             args.config = str(found) if found and Path(found).is_file() else None
-            if args.checkpoint and args.config is None:
+            if args.config is None and not args.samples:
                 args.config = "quickstart"
             print(f"turngym judge-eval: config {args.config}", flush=True)
     except JudgeEvalError as exc:
@@ -335,7 +341,7 @@ def _judge_eval(args) -> int:
                           else f"judge-eval: {exc}") from None
     if min(args.workers, args.tasks, args.group_size, args.segments) < 1:
         raise ConfigError("--workers, --tasks, --group-size and --segments must be >= 1")
-    if args.checkpoint and args.split:
+    if cfg is not None and args.split:
         known = [cfg.env.train_split] + list(cfg.env.eval_splits)
         if args.split not in known:
             raise ConfigError(f"--split {args.split!r}: this config's splits are {known}")
@@ -344,6 +350,10 @@ def _judge_eval(args) -> int:
         if args.checkpoint:
             groups, source = groups_from_rollouts(cfg, args.checkpoint, args.split, args.tasks,
                                                   args.group_size, args.seed)
+            source["config"] = args.config
+        elif args.expert:
+            groups, source = groups_from_expert(cfg, args.split, args.tasks, args.group_size,
+                                                args.seed)
             source["config"] = args.config
         else:
             groups, source = groups_from_samples(args.samples)
