@@ -39,6 +39,7 @@ def kappa_by_hand(a, b):
     return (p_o - p_e) / (1 - p_e)
 
 
+@pytest.mark.fast
 def test_kappa_matches_the_textbook_example_and_the_definition():
     # two raters, yes/no: 20 both yes, 5 yes/no, 10 no/yes, 15 both no -> p_o .7, p_e .5
     a = [D] * 25 + [E] * 25
@@ -56,6 +57,7 @@ def test_kappa_matches_the_textbook_example_and_the_definition():
             kappa_by_hand(x, y))
 
 
+@pytest.mark.fast
 def test_a_majority_judge_looks_good_on_agreement_and_zero_on_kappa():
     oracle = [N] * 80 + [D] * 10 + [E] * 6 + [R] * 4
     judge = [N] * 100
@@ -78,6 +80,7 @@ def test_a_majority_judge_looks_good_on_agreement_and_zero_on_kappa():
         confusion_matrix(["heroic"], [N], ROLE_NAMES)
 
 
+@pytest.mark.fast
 def test_reweighting_and_bootstrap_intervals():
     # recall 1.0 on D, 0.5 on N; a sample with equal counts, a pool that is 90% N
     oracle = [D] * 10 + [N] * 10
@@ -92,6 +95,7 @@ def test_reweighting_and_bootstrap_intervals():
     assert ci == bootstrap_ci([pos[x] for x in oracle], [pos[x] for x in judge], 4, 500, seed=1)
 
 
+@pytest.mark.fast
 def test_stratified_sampling_is_seeded_balanced_and_takes_all_of_a_rare_role():
     roles = [N] * 300 + [D] * 60 + [E] * 40 + [R] * 5
     a = sample_indices(roles, 100, seed=0)
@@ -106,6 +110,7 @@ def test_stratified_sampling_is_seeded_balanced_and_takes_all_of_a_rare_role():
 
 
 # ------------------------------------------------------------------ prompt and parsing
+@pytest.mark.fast
 def test_parse_role_validates_json_and_normalises_spelling():
     assert parse_role('{"role": "regression", "reason": "wrong {answer}"}') is Role.REGRESSION
     assert parse_role('```json\n{"Role": "Useful exploration"}\n```') is Role.USEFUL_EXPLORATION
@@ -117,6 +122,7 @@ def test_parse_role_validates_json_and_normalises_spelling():
         assert parse_role(bad) is None
 
 
+@pytest.mark.fast
 def test_templates_are_checked_and_rendered():
     for bad in ("{task} {secret}", "{task.__class__}", "{task!r}", "{task:>9}", "no fields",
                 "{task"):
@@ -217,6 +223,7 @@ class Scripted:
         self.httpd.server_close()
 
 
+@pytest.mark.fast
 def test_verdicts_count_retries_and_fallback_causes(tmp_path):
     def reply(body, k):
         act = body["messages"][1]["content"].split("ACT=")[1].split("|")[0].strip()
@@ -254,6 +261,7 @@ def test_verdicts_count_retries_and_fallback_causes(tmp_path):
 
 
 # ------------------------------------------------------------------ spot checks
+@pytest.mark.fast
 def test_spot_checks_report_oracle_roles_and_running_agreement():
     g = expert_group()
     segs = [s for i, tr in enumerate(g) for s in segments_of(tr, i)]
@@ -291,6 +299,7 @@ def test_spot_checks_report_oracle_roles_and_running_agreement():
     assert full.indices == tuple(range(len(segs))) and full.metrics()["judge_agreement"] == 1.0
 
 
+@pytest.mark.fast
 def test_spot_checks_skip_envs_without_oracle_info():
     turns = tuple(Turn((), (), (), (), "a", "o", 0.0, {"valid_format": True}) for _ in range(3))
     trajs = tuple(Trajectory(turns, float(i), bool(i), StopReason.WON, "t", "g", 0, {})
@@ -303,6 +312,7 @@ def test_spot_checks_skip_envs_without_oracle_info():
         not in m
 
 
+@pytest.mark.fast
 def test_spot_check_knob_is_typed_and_reaches_training_through_a_real_http_judge():
     ok = make_params("role_judge", {"judge": {"kind": "oracle"}})  # old configs stay valid
     assert ok.judge.kind.value == "oracle" and ok.judge.spot_check == 0.0
@@ -448,6 +458,7 @@ def test_cli_reads_a_runs_logged_samples_and_refuses_bad_input(tmp_path, capsys)
         assert msg in capsys.readouterr().err
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("n,k", list(product([1, 7, 40], [1, 3])))
 def test_spot_check_subset_size(n, k):
     g = expert_group()
@@ -460,6 +471,7 @@ def test_spot_check_subset_size(n, k):
         assert np.mean(sizes) == pytest.approx(0.25 * m, abs=0.2)
 
 
+@pytest.mark.fast
 def test_expert_segments_are_seeded_and_cover_the_roles():
     from turngym.config import load_config
     from turngym.trainers.judge_eval import groups_from_expert
