@@ -459,7 +459,6 @@ while True:
         break
     if not msg:
         break
-    pid = None
     try:
         for fd in fds:
             os.set_inheritable(fd, False)
