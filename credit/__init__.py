@@ -8,8 +8,9 @@ from . import role_judge as _role_judge  # noqa: F401  (registers "role_judge")
 from . import step_groups as _step_groups  # noqa: F401  (registers "step_groups")
 from . import td_log_ratio as _td_log_ratio  # noqa: F401  (registers "td_log_ratio")
 from .registry import (CreditContext, NoParams, assign_credit, get_estimator, list_estimators,
+                       unregister_estimator,
                        make_params, params_class, register_estimator, requirements)
 from .scoring import GoldScorer
 
 __all__ = ["CreditContext", "NoParams", "assign_credit", "get_estimator", "list_estimators",
-           "make_params", "params_class", "register_estimator", "requirements", "GoldScorer"]
+           "make_params", "params_class", "register_estimator", "requirements", "unregister_estimator", "GoldScorer"]

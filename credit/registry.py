@@ -81,6 +81,12 @@ def register_estimator(name: str, params: type = NoParams, requires: Sequence[st
     return deco
 
 
+def unregister_estimator(name: str) -> None:
+    """Removes ``name`` from the registry (a plugin's teardown, a test's own estimator)."""
+    for table in (_REGISTRY, _REQUIRES, _PARAMS):
+        table.pop(name, None)
+
+
 def requirements(name: str) -> tuple[str, ...]:
     get_estimator(name)
     return _REQUIRES.get(name, ())

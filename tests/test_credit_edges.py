@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
-from turngym.credit import CreditContext, assign_credit, register_estimator
+from turngym.credit import (CreditContext, assign_credit, list_estimators, register_estimator,
+                            unregister_estimator)
 from turngym.credit.grpo import group_normalize
 from turngym.credit.roles import OracleJudge, Role, oracle_role, segments_of
 from turngym.credit.scoring import GoldScorer
@@ -139,5 +140,9 @@ def test_non_finite_advantages_are_refused_with_the_estimators_name():
     def broken(group, params, ctx=None):
         return CreditAssignment(tuple(tuple([float("nan")] * t.num_turns) for t in group))
     g = TrajectoryGroup((_traj(1.0), _traj(0.0)), "t")
-    with pytest.raises(FloatingPointError, match="broken_for_test"):
-        assign_credit("broken_for_test", [g])
+    try:
+        with pytest.raises(FloatingPointError, match="broken_for_test"):
+            assign_credit("broken_for_test", [g])
+    finally:  # later tests iterate the registry
+        unregister_estimator("broken_for_test")
+    assert "broken_for_test" not in list_estimators()

@@ -12,8 +12,13 @@ from turngym.envs.textworld import TextWorldEnv
 
 def test_registered_and_checker_passes():
     env = gym.make("turngym/TextWorld-v0")
-    assert env.spec.max_episode_steps == 50
+    # one turn limit: the env's own max_turns (ALFWorld's 50), no second TimeLimit wrapper
+    assert env.spec.max_episode_steps is None and env.unwrapped.max_turns == 50
     check_env(env.unwrapped, skip_render_check=True)
+    short = gym.make("turngym/TextWorld-v0", max_turns=2)
+    short.reset(seed=0)
+    short.step("look")
+    assert short.step("look")[3]  # truncated at the env's own limit
 
 
 def test_reset_is_deterministic_and_privileged_info_stays_out():

@@ -193,7 +193,7 @@ def test_torchrun_two_cpu_ranks_train_in_sync(tmp_path, parallel):
         _torchrun(out, ["rl.steps=3", "rl.data_parallel=fsdp", "--resume"])
         steps = [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
         assert steps == [1, 2, 3]
-        with pytest.raises(AssertionError, match="resume with the same"):
+        with pytest.raises(AssertionError, match="rl.data_parallel: 'fsdp' -> 'replicate'"):
             _torchrun(out, ["rl.steps=4", "rl.data_parallel=replicate", "--resume"])
 
 

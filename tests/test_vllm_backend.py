@@ -235,7 +235,7 @@ def test_training_pipeline_with_the_vllm_backend(fake_vllm, tmp_path):
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
         "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=8",
         "warmstart.epsilon=0.0", "env.eval_splits=[valid_unseen]", "rl.steps=2",
-        "agent.backend=vllm", "agent.vllm.enable_sleep_mode=true",
+        "agent.backend=vllm", "agent.vllm.enable_sleep_mode=true", "agent.vllm.dtype=float32",
         "rl.credit.name=role_judge", "rl.credit.params.zero_outcome=roles",
         f"output_dir={out}"])
     train(cfg, progress=False)
@@ -263,7 +263,7 @@ def test_branch_credit_with_the_engine_branches_there_and_screens_on_the_trainer
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
         "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=8",
         "warmstart.epsilon=0.0", "env.eval_splits=[valid_unseen]", "rl.steps=1",
-        "agent.backend=vllm", f"output_dir={out}"]), progress=False)
+        "agent.backend=vllm", "agent.vllm.dtype=float32", f"output_dir={out}"]), progress=False)
     rl = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert len(rl) == 1 and rl[0]["credit/branches"] > 0  # the engine sampled branches
 

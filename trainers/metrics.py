@@ -97,7 +97,7 @@ def truncate_after(path: str | Path, phase: str, step: int) -> int:
 
 def read_metrics(path: str | Path) -> list[dict]:
     """Records in file order; for a step logged twice in a phase (a resumed run)
-    the later record wins."""
+    the later record wins.  Distinct notes logged at one step are all kept."""
     p = Path(path)
     if not p.exists():
         return []
@@ -108,7 +108,9 @@ def read_metrics(path: str | Path) -> list[dict]:
                 r = json.loads(line)
             except json.JSONDecodeError:  # a torn last line after a crash
                 continue
-            recs[(r.get("phase"), r.get("step"), r.get("split"))] = r
+            # notes (resume, ...) are events, all kept; measurements are keyed by step
+            key = (r.get("phase"), r.get("step"), r.get("split"), r.get("note"))
+            recs[key] = r
     return list(recs.values())
 
 

@@ -146,9 +146,15 @@ def open_run(cfg: DictConfig, world: World, resume: bool, overwrite: bool):
     """Checks and prepares the run dir (rank 0), prints the start banner, opens the log."""
     point = None
     if world.is_main:
-        point = prepare_run_dir(cfg, resume, overwrite)
-        _banner(cfg, world, point)
+        try:
+            point = prepare_run_dir(cfg, resume, overwrite)
+            _banner(cfg, world, point)
+        except RunError as exc:  # every rank stops with the same message, none hangs
+            world.broadcast(exc)
+            raise
     point = world.broadcast(point)
+    if isinstance(point, RunError):
+        raise point
     log = (MetricsLogger(Path(cfg.output_dir) / "metrics.jsonl", cfg.logging.trackers,
                          cfg.output_dir, cfg.logging.project, to_dict(cfg))
            if world.is_main else _NoLog())

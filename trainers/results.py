@@ -57,6 +57,7 @@ def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, comm
     from .pipeline import train
 
     runs = []
+    out_json.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         out = runs_root / f"seed_{seed}"
         run_cfg = OmegaConf.merge(cfg, {"seed": int(seed), "output_dir": str(out)})

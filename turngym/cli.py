@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             rest.append(argv[i])
         i += 1
     args, extra = parser.parse_known_args(rest)
+    args.command_line = "turngym " + " ".join(shlex.quote(a) for a in argv)
     args.plugin = list(args.plugin) + plugins
     # dot-overrides may come before or after flags: "x=1 --resume y=2"
     unknown = [x for x in extra if x.startswith("-") or "=" not in x]
@@ -212,11 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _load(args):
+def _load(args, training: bool = True):
     from .config import load_config
     overrides = list(args.overrides) + [f"plugins=[{','.join(args.plugin)}]"] if args.plugin \
         else list(args.overrides)
-    return load_config(args.config, overrides)
+    return load_config(args.config, overrides, training=training)
 
 
 def _run(args) -> int:
@@ -232,7 +234,7 @@ def _run(args) -> int:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
         res = compare_credits(cfg, [x for x in args.credits.split(",") if x], seeds,
                               progress=not args.no_progress, baseline=args.baseline,
-                              command="turngym " + " ".join(sys.argv[1:]))
+                              command=args.command_line)
         print(format_comparison(res))
         if args.results:
             from pathlib import Path
@@ -254,7 +256,7 @@ def _run(args) -> int:
                         [x for x in (args.estimators or "").split(",") if x],
                         args.reference, args.out, seed=args.seed,
                         progress=not args.no_progress,
-                        command="turngym " + " ".join(sys.argv[1:]))
+                        command=args.command_line)
         print(format_probe(res))
         if args.results:
             from pathlib import Path
@@ -283,7 +285,7 @@ def _results(args) -> int:
     cfg = _load(args)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
-                           "turngym " + " ".join(sys.argv[1:]), Path(args.runs),
+                           args.command_line, Path(args.runs),
                            progress=not args.no_progress)
     for r in rec["runs"]:
         print(f"seed {r['seed']}: warm start {r['warmstart']} -> final {r['final']} "
@@ -319,7 +321,7 @@ def _judge_eval(args) -> int:
             print(f"turngym judge-eval: config {args.config}", flush=True)
     except JudgeEvalError as exc:
         raise ConfigError(str(exc)) from None
-    cfg = _load(args) if args.config else None
+    cfg = _load(args, training=False) if args.config else None
     judge = {}
     if cfg is not None and cfg.rl.credit.name == "role_judge":
         from .config import to_dict
@@ -359,7 +361,7 @@ def _judge_eval(args) -> int:
             groups, source = groups_from_samples(args.samples)
         res = run_judge_eval(groups, source, spec, args.segments, args.sampling, args.seed,
                              args.workers, args.out, progress=not args.no_progress,
-                             command="turngym " + " ".join(sys.argv[1:]))
+                             command=args.command_line)
     except JudgeEvalError as exc:
         raise ConfigError(str(exc)) from None
     print(format_report(res))
@@ -383,7 +385,7 @@ def _eval(args) -> int:
         found = run_config_for(args.checkpoint)
         args.config = str(found) if found else "quickstart"
         print(f"turngym eval: config {args.config}", flush=True)
-    cfg = _load(args)
+    cfg = _load(args, training=False)
     known = list(cfg.env.eval_splits) + [cfg.env.train_split]
     bad = [x for x in args.split or () if x not in known]
     if bad:

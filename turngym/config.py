@@ -275,8 +275,9 @@ def _merge_layer(lower: DictConfig, upper: DictConfig) -> DictConfig:
 
 
 def load_config(name: str | None = None, overrides: Sequence[str] = (),
-                validate_now: bool = True) -> DictConfig:
-    """Schema <- YAML <- overrides, then :func:`validate` (unless ``validate_now=False``)."""
+                validate_now: bool = True, training: bool = True) -> DictConfig:
+    """Schema <- YAML <- overrides, then :func:`validate` (unless ``validate_now=False``;
+    ``training=False`` -- evaluation only -- skips the checks that concern the trainer)."""
     cfg = OmegaConf.structured(TrainConfig)
     bad = [o for o in overrides if "=" not in o]
     if bad:
@@ -289,7 +290,7 @@ def load_config(name: str | None = None, overrides: Sequence[str] = (),
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     if validate_now:
-        validate(cfg)
+        validate(cfg, training)
     return cfg
 
 
@@ -337,15 +338,16 @@ def import_plugins(modules: Sequence[str]) -> None:
         ep.load()
 
 
-def validate(cfg: DictConfig) -> None:
+def validate(cfg: DictConfig, training: bool = True) -> None:
     """Every check that can run before work starts; raises one ConfigError listing all
-    problems."""
+    problems.  ``training=False`` (evaluating a checkpoint) skips the sampler-vs-trainer
+    numerics check, which only matters for the PPO ratio."""
     import_plugins(list(cfg.plugins))
     errors: list[str] = []
     _check_ranges(cfg, errors)
     _check_credit(cfg, errors)
     _check_env(cfg, errors)
-    _check_agent(cfg, errors)
+    _check_agent(cfg, errors, training)
     if errors:
         raise ConfigError("\n  ".join(["invalid configuration:"] + errors))
 
@@ -457,7 +459,7 @@ def _check_env(cfg: DictConfig, errors: list[str]) -> None:
             errors.append(f"env.kwargs: {cfg.env.id} takes no {unknown}; it takes {known}")
 
 
-def _check_agent(cfg: DictConfig, errors: list[str]) -> None:
+def _check_agent(cfg: DictConfig, errors: list[str], training: bool = True) -> None:
     from .agents.parsing import PARSERS
 
     if cfg.agent.action_parser not in PARSERS:
@@ -467,7 +469,7 @@ def _check_agent(cfg: DictConfig, errors: list[str]) -> None:
         cfg.agent.action_format.format(action="x")
     except (KeyError, IndexError, ValueError):
         errors.append("agent.action_format must contain {action} and no other field")
-    if cfg.agent.backend is Backend.vllm:
+    if cfg.agent.backend is Backend.vllm and training:
         from .agents.vllm_backend import check_compatible
         try:
             check_compatible(cfg)
