@@ -88,3 +88,32 @@ def test_paired_bootstrap_detects_a_real_difference_and_not_noise():
     lo, hi = st["vs_baseline"]["same"]["ci95"]
     assert lo < 0 < hi
     assert st["estimators"]["grpo"]["mean"] == pytest.approx(np.mean(base))
+
+
+def test_compare_adopts_warm_starts_of_earlier_runs_only_when_configs_agree(tmp_path):
+    """--warm-starts RUNS: the quickstart's own warm starts are reused (bit for bit), and
+    a run warm-started with another model is refused before any work."""
+    from turngym.cli import main
+    runs = tmp_path / "runs"
+    base = [o for o in TW_SMOKE if not o.startswith(("rl.steps=", "eval.num_tasks="))]
+    train(load_config("quickstart", base + ["rl.steps=1", "eval.num_tasks=2", "seed=3",
+                                            f"output_dir={runs / 'seed_3'}"]), progress=False)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--credits", "grpo", "--seeds", "3", "--no-progress",
+                 "--warm-starts", str(runs), f"output_dir={out}", "rl.steps=1",
+                 "eval.num_tasks=2", *base]) == 0
+    adopted = out / "seed_3" / "shared" / "warmstart" / "model.safetensors"
+    assert adopted.read_bytes() == (runs / "seed_3" / "warmstart" / "model.safetensors"
+                                    ).read_bytes()
+    assert (out / "seed_3" / "shared" / "adopted_from.txt").read_text().strip() == str(
+        (runs / "seed_3").resolve())
+    # another model size: refused with the difference named, nothing built
+    other = tmp_path / "cmp2"
+    assert main(["compare", "--credits", "grpo", "--seeds", "3", "--no-progress",
+                 "--warm-starts", str(runs), f"output_dir={other}", "rl.steps=1",
+                 "eval.num_tasks=2", *base, "model.hidden_size=48"]) == 2
+    assert not (other / "seed_3" / "grpo").exists()
+    # a seed the runs do not have: refused too
+    assert main(["compare", "--credits", "grpo", "--seeds", "4", "--no-progress",
+                 "--warm-starts", str(runs), f"output_dir={other}", "rl.steps=1",
+                 "eval.num_tasks=2", *base]) == 2

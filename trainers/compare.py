@@ -48,8 +48,47 @@ def _with(cfg: DictConfig, **dot) -> DictConfig:
     return cfg
 
 
-def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True) -> tuple[Path, dict]:
-    """The seed's warm start (built once; reused when it verifies) and its evaluation."""
+# what a warm start depends on: a run whose config agrees on these built the same one
+WARM_START_KEYS = ("seed", "env", "model", "agent", "warmstart", "plugins")
+
+
+def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
+    """Copies ``source_run/warmstart`` (a verified checkpoint) into ``shared`` after
+    checking that the run's saved config agrees with ``cfg`` on every key the warm start
+    depends on (:data:`WARM_START_KEYS`); anything else refuses with the differences."""
+    from ..config import ConfigError
+    from .run import config_changes
+
+    ws = source_run / "warmstart"
+    saved_yaml = source_run / "config.yaml"
+    if not saved_yaml.exists():
+        raise ConfigError(f"--warm-starts: {source_run} holds no run (no config.yaml)")
+    try:
+        verify_manifest(ws)
+    except CheckpointError as exc:
+        raise ConfigError(f"--warm-starts: {ws} does not verify: {exc}") from None
+    saved = to_dict(OmegaConf.load(saved_yaml))
+    mine = to_dict(cfg)
+    diffs = []
+    for key in WARM_START_KEYS:
+        _, refused = config_changes({key: saved.get(key)}, {key: mine.get(key)})
+        diffs += refused
+    if diffs:
+        raise ConfigError(f"--warm-starts: {source_run} was warm-started with another "
+                          "config:\n  " + "\n  ".join(diffs))
+    tmp = shared.with_name(shared.name + ".adopting")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    shutil.copytree(ws, tmp / "warmstart")
+    (tmp / "adopted_from.txt").write_text(str(source_run.resolve()) + "\n")
+    tmp.rename(shared)
+
+
+def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
+                      source_run: Path | None = None) -> tuple[Path, dict]:
+    """The seed's warm start (built once, or adopted from ``source_run``; reused when it
+    verifies) and its evaluation."""
     from ..agents.factory import load_pretrained
     from .warmstart import run_warmstart
 
@@ -63,6 +102,8 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True) -> tup
     except CheckpointError:
         if shared.exists():
             shutil.rmtree(shared)
+        if source_run is not None:
+            adopt_warm_start(cfg, source_run, shared)
     shared.mkdir(parents=True, exist_ok=True)
     quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
@@ -78,7 +119,10 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True) -> tup
 
 
 def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int] = (0,),
-                    progress: bool = True, baseline: str = "grpo", command: str = "") -> dict:
+                    progress: bool = True, baseline: str = "grpo", command: str = "",
+                    warm_starts: str | Path | None = None) -> dict:
+    """``warm_starts``: a directory of earlier runs (``seed_<s>/``, as ``turngym results
+    quickstart --runs`` writes them) whose warm starts are adopted instead of rebuilt."""
     from .pipeline import train
 
     root = Path(cfg.output_dir)
@@ -86,8 +130,9 @@ def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int
     for seed in seeds:
         scfg = _with(cfg, seed=int(seed))
         sroot = root / f"seed_{seed}"
+        source = Path(warm_starts) / f"seed_{seed}" if warm_starts else None
         ws, ws_eval = shared_warm_start(_with(scfg, output_dir=str(sroot / "shared")), sroot,
-                                        progress)
+                                        progress, source)
         for name in credits:
             out = sroot / name
             run_cfg = _with(scfg, output_dir=str(out), **{"rl.credit.name": name})

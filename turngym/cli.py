@@ -83,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (one shared "
                                                "warm start per seed)")
     c.add_argument("--baseline", default="grpo", help="estimator the others are compared to")
+    c.add_argument("--warm-starts", metavar="RUNS",
+                   help="reuse the warm starts of earlier runs, RUNS/seed_<s>/warmstart (e.g. "
+                        "`turngym results quickstart --runs RUNS`); refused unless each was "
+                        "built with this comparison's seed, env, model, agent and warmstart")
     c.add_argument("--results", help="also write the results record (docs/results/"
                                      "compare_*.json) for the config's last eval split")
     rs = sub.add_parser("results", help="measure and render docs/results (quickstart seeds; "
@@ -234,7 +238,7 @@ def _run(args) -> int:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
         res = compare_credits(cfg, [x for x in args.credits.split(",") if x], seeds,
                               progress=not args.no_progress, baseline=args.baseline,
-                              command=args.command_line)
+                              command=args.command_line, warm_starts=args.warm_starts)
         print(format_comparison(res))
         if args.results:
             from pathlib import Path
