@@ -36,6 +36,7 @@ def test_quickstart_writer_and_render(tmp_path):
     assert set(probe["modules"]) == {"grpo", "step_groups"}
     assert probe["command"].startswith("turngym probe") and "machine" in probe
     out = tmp_path / "results.md"
+    (res / "notes.md").write_text("## What was tried\n\nnotes-marker\n")
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- results:quickstart -->\nold\n<!-- /results -->\nrest\n")
     assert main(["results", "render", "--dir", str(res), "--out", str(out),
@@ -49,3 +50,4 @@ def test_quickstart_writer_and_render(tmp_path):
     assert "compare_search.json" in md  # listed as not measured yet
     first = rec["runs"][0]["final"]["valid_unseen"]
     assert f"**{first:.3f}**" in md
+    assert md.rstrip().endswith("notes-marker")  # the hand-written analysis comes last

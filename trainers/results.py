@@ -204,7 +204,8 @@ def update_readme(readme: Path, rec: dict) -> bool:
 
 
 def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
-    """docs/results.md from every results JSON present (missing ones are listed)."""
+    """docs/results.md from every results JSON present (missing ones are listed), then
+    ``notes.md`` from the same directory (hand-written analysis) when present."""
     results_dir = Path(results_dir)
     parts = ["# Results", "",
              "Every number here is read from `docs/results/*.json`, written by the command "
@@ -248,5 +249,8 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
         parts.append("")
     if missing:
         parts += ["## Not measured yet", ""] + [f"* `{m}`" for m in missing] + [""]
+    notes = results_dir / "notes.md"  # the analysis: what was tried, what the numbers mean
+    if notes.exists():
+        parts += [notes.read_text().rstrip(), ""]
     write_atomic_text(Path(out_md), "\n".join(parts))
     return Path(out_md)
