@@ -97,6 +97,7 @@ def test_compare_adopts_warm_starts_of_earlier_runs_only_when_configs_agree(tmp_
     runs = tmp_path / "runs"
     base = [o for o in TW_SMOKE if not o.startswith(("rl.steps=", "eval.num_tasks="))]
     train(load_config("quickstart", base + ["rl.steps=1", "eval.num_tasks=2", "seed=3",
+                                            "env.eval_splits=[valid_seen,valid_unseen]",
                                             f"output_dir={runs / 'seed_3'}"]), progress=False)
     out = tmp_path / "cmp"
     assert main(["compare", "--credits", "grpo", "--seeds", "3", "--no-progress",

@@ -48,14 +48,16 @@ def _with(cfg: DictConfig, **dot) -> DictConfig:
     return cfg
 
 
-# what a warm start depends on: a run whose config agrees on these built the same one
+# what a warm start depends on: a run whose config agrees on these (env.eval_splits
+# aside) built the same one
 WARM_START_KEYS = ("seed", "env", "model", "agent", "warmstart", "plugins")
 
 
 def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
     """Copies ``source_run/warmstart`` (a verified checkpoint) into ``shared`` after
     checking that the run's saved config agrees with ``cfg`` on every key the warm start
-    depends on (:data:`WARM_START_KEYS`); anything else refuses with the differences."""
+    depends on (:data:`WARM_START_KEYS`, except ``env.eval_splits``); anything else
+    refuses with the differences."""
     from ..config import ConfigError
     from .run import config_changes
 
@@ -69,6 +71,8 @@ def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
         raise ConfigError(f"--warm-starts: {ws} does not verify: {exc}") from None
     saved = to_dict(OmegaConf.load(saved_yaml))
     mine = to_dict(cfg)
+    for d in (saved, mine):  # which splits are evaluated does not touch the warm start
+        d.get("env", {}).pop("eval_splits", None)
     diffs = []
     for key in WARM_START_KEYS:
         _, refused = config_changes({key: saved.get(key)}, {key: mine.get(key)})
