@@ -118,3 +118,14 @@ def test_compare_adopts_warm_starts_of_earlier_runs_only_when_configs_agree(tmp_
     assert main(["compare", "--credits", "grpo", "--seeds", "4", "--no-progress",
                  "--warm-starts", str(runs), f"output_dir={other}", "rl.steps=1",
                  "eval.num_tasks=2", *base]) == 2
+
+
+def test_compare_refuses_to_mix_a_finished_run_of_another_budget(tmp_path):
+    from turngym.cli import main
+    base = [o for o in TW_SMOKE if not o.startswith(("rl.steps=", "eval.num_tasks="))]
+    args = ["compare", "--credits", "grpo", "--seeds", "0", "--no-progress",
+            f"output_dir={tmp_path / 'cmp'}", "eval.num_tasks=2", *base]
+    assert main(args + ["rl.steps=1"]) == 0
+    assert main(args + ["rl.steps=2"]) == 2  # grpo finished with 1 step: not reused
+    assert main(args + ["rl.steps=1", "eval.num_tasks=3"]) == 2  # nor another evaluation
+    assert main(args + ["rl.steps=1", "threads=1"]) == 0  # how it runs may change

@@ -87,7 +87,7 @@ def _distributed(tmp_path, size, n_groups, steps, overrides=(), fsdp=False):
 
 
 @pytest.mark.parametrize("n_groups,overrides,fsdp", [
-    (4, (), False),                                         # even split, token-mean loss
+    (4, ("rl.loss_agg=token_mean",), False),                # even split, token-mean loss
     (3, ("rl.loss_agg=seq_mean_token_mean",), False),       # uneven split, row-mean loss
     (1, ("rl.ppo_epochs=2",), False),                       # rank 1 holds no rows at all
     (3, ("rl.kl_coef=0.0", "rl.minibatches=1"), True),      # FSDP2: sharded, uneven

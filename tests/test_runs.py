@@ -72,7 +72,7 @@ def test_resume_with_nothing_to_resume_says_so(run, tmp_path):
 
 
 def test_resume_refuses_changed_config_but_allows_listed_keys(run):
-    with pytest.raises(RunError, match=r"rl.lr: 0.0003 -> 0.1"):
+    with pytest.raises(RunError, match=r"rl.lr: [0-9.e-]+ -> 0.1"):
         train(_cfg(run, "rl.steps=4", "rl.lr=0.1"), resume=True, progress=False)
     with pytest.raises(RunError, match="model.hidden_size"):
         train(_cfg(run, "rl.steps=4", "model.hidden_size=64"), resume=True, progress=False)

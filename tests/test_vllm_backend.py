@@ -370,16 +370,19 @@ def _cfg(*over):
 
 def test_check_compatible_refuses_a_sampler_dtype_the_trainer_does_not_share():
     from turngym.agents.vllm_backend import check_compatible
-    # quickstart: float32 trainer, no recompute; the engine's default dtype is bfloat16
+    # a float32 trainer without recomputed log-probs; the engine's default dtype is bfloat16
     with pytest.raises(ValueError, match=r"rl.recompute_logprobs=true.*agent.vllm.dtype=float32"):
-        check_compatible(_cfg("agent.backend=vllm"))
+        check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=false"))
     with pytest.raises(ValueError, match="samples in float16"):
         check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=bfloat16",
+                              "rl.recompute_logprobs=false",
                               "agent.vllm.engine_kwargs={dtype: float16}",
                               "model.autocast=bfloat16"))
     check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=true"))
-    check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=float32"))
-    check_compatible(_cfg("agent.backend=vllm", "model.autocast=bfloat16"))
+    check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=float32",
+                          "rl.recompute_logprobs=false"))
+    check_compatible(_cfg("agent.backend=vllm", "model.autocast=bfloat16",
+                          "rl.recompute_logprobs=false"))
     check_compatible(_cfg())  # the transformers backend samples with the trainer's module
 
 

@@ -122,6 +122,23 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
     return ws, res
 
 
+def _check_finished_run(out: Path, run_cfg: DictConfig) -> None:
+    """A finished run is reused only if it was trained and evaluated with this config
+    (logging, checkpoint and thread settings aside): a rerun with another budget or
+    evaluation must not mix them across estimators."""
+    from ..config import ConfigError
+    from .run import config_changes
+
+    saved = to_dict(OmegaConf.load(out / "config.yaml"))
+    allowed, refused = config_changes(saved, to_dict(run_cfg))
+    # the budget and the evaluation are what is compared: neither may differ
+    refused += [x for x in allowed if x.startswith(("rl.steps:", "eval."))]
+    if refused:
+        raise ConfigError(f"{out} finished with another config:\n  " + "\n  ".join(refused)
+                          + "\n  use another output_dir (or delete that run) to compare "
+                          "with these settings")
+
+
 def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int] = (0,),
                     progress: bool = True, baseline: str = "grpo", command: str = "",
                     warm_starts: str | Path | None = None) -> dict:
@@ -142,7 +159,9 @@ def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int
             run_cfg = _with(scfg, output_dir=str(out), **{"rl.credit.name": name})
             if name != cfg.rl.credit.name:
                 OmegaConf.update(run_cfg, "rl.credit.params", {}, merge=False)
-            if not (out / "summary.json").exists():
+            if (out / "summary.json").exists():
+                _check_finished_run(out, run_cfg)
+            else:
                 started = (out / "config.yaml").exists()
                 train(run_cfg, resume=started, progress=progress, warm_start=ws,
                       warm_start_eval=ws_eval)

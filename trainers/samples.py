@@ -416,6 +416,8 @@ def read_samples(path: str | Path) -> tuple[list[dict], dict]:
     last_step = None
     with open(path, "rb") as f:
         for raw in f:
+            if not raw.strip():  # a closing newline written after a (seemingly) torn end
+                continue
             try:
                 rec = json.loads(raw)
             except (ValueError, UnicodeDecodeError):
