@@ -345,11 +345,9 @@ def test_spot_check_knob_is_typed_and_reaches_training_through_a_real_http_judge
 # ------------------------------------------------------------------ end to end
 def _fit_constant_judge(target: str):
     """A tiny chat model fitted (seconds) to answer judge prompts with ``target``."""
-    import torch
+    from test_role_judge import fit_judge_model
 
-    from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
-    from turngym.trainers.batching import TokenRow
-    from turngym.trainers.sft import sft_train
+    from turngym.agents.tiny import build_tiny_tokenizer
 
     env = TextWorldEnv(split="train")
     trs = [play(env, s, ["look", "inventory", "go to cabinet 1", "take apple 1"])
@@ -357,19 +355,7 @@ def _fit_constant_judge(target: str):
     prompts = [segment_prompt(s) for tr in trs for s in segments_of(tr)]
     tok = build_tiny_tokenizer([SYSTEM_PROMPT, target] + prompts, TextWorldEnv.vocabulary(),
                                fuse_entities=False)
-    torch.manual_seed(0)
-    model = build_tiny_model(tok, 32, 1, 2, seed=0)
-    rows = []
-    for p in prompts:
-        text = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
-                                        {"role": "user", "content": p}], tokenize=False,
-                                       add_generation_prompt=True)
-        ids = list(tok(text, add_special_tokens=False)["input_ids"])
-        ans = list(tok(target, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
-        rows.append(TokenRow(ids + ans, [0.0] * len(ids) + [1.0] * len(ans),
-                             [0.0] * (len(ids) + len(ans)), [0.0] * (len(ids) + len(ans))))
-    sft_train(model, rows * 8, 3, 1e-2, 8, 65536, tok.pad_token_id, warmup_steps=2)
-    return model.eval(), tok
+    return fit_judge_model(tok, prompts, target), tok
 
 
 def test_cli_end_to_end_against_the_real_chat_server(tmp_path, tiny_stack, capsys):

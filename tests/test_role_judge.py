@@ -130,31 +130,39 @@ def test_parse_role_is_strict_about_roles_and_lenient_about_spacing():
     assert parse_role('{"role": ') is None
 
 
-def _judge_model(target: str):
-    """A tiny model fitted (a few seconds) to answer every judge prompt with ``target``."""
+def fit_judge_model(tok, prompts: list[str], target: str):
+    """A tiny chat model on ``tok`` fitted (a few seconds) to answer each of ``prompts``
+    (as the judge's user message) with ``target``."""
     import torch
 
-    from turngym.agents.tiny import build_tiny_model, build_tiny_tokenizer
+    from turngym.agents.tiny import build_tiny_model
     from turngym.trainers.batching import TokenRow
     from turngym.trainers.sft import sft_train
+
+    torch.manual_seed(0)
+    model = build_tiny_model(tok, 32, 1, 2, seed=0)
+    rows = []
+    for p in prompts:
+        text = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
+                                        {"role": "user", "content": p}], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = list(tok(text, add_special_tokens=False)["input_ids"])
+        ans = list(tok(target, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
+        rows.append(TokenRow(ids + ans, [0.0] * len(ids) + [1.0] * len(ans),
+                             [0.0] * (len(ids) + len(ans)), [0.0] * (len(ids) + len(ans))))
+    sft_train(model, rows * 8, 3, 1e-2, 8, 65536, tok.pad_token_id, warmup_steps=2)
+    return model.eval()
+
+
+def _judge_model(target: str):
+    """A tiny model fitted (a few seconds) to answer every judge prompt with ``target``."""
+    from turngym.agents.tiny import build_tiny_tokenizer
 
     env = TextWorldEnv(split="train")
     trs = [play(env, s, ["look", "inventory", "go to cabinet 1"]) for s in range(4)]
     prompts = [segment_prompt(s) for tr in trs for s in segments_of(tr)]
     tok = build_tiny_tokenizer([SYSTEM_PROMPT, target] + prompts, fuse_entities=False)
-    torch.manual_seed(0)
-    model = build_tiny_model(tok, 32, 1, 2, seed=0)
-    rows = []
-    for p in prompts:
-        ids = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
-                                       {"role": "user", "content": p}], tokenize=False,
-                                      add_generation_prompt=True)
-        ids = list(tok(ids, add_special_tokens=False)["input_ids"])
-        ans = list(tok(target, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
-        rows.append(TokenRow(ids + ans, [0.0] * len(ids) + [1.0] * len(ans),
-                             [0.0] * (len(ids) + len(ans)), [0.0] * (len(ids) + len(ans))))
-    sft_train(model, rows * 8, 3, 1e-2, 8, 65536, tok.pad_token_id, warmup_steps=2)
-    return model.eval(), tok, trs
+    return fit_judge_model(tok, prompts, target), tok, trs
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,19 @@ class Demo:
     plain: tuple[str, ...] = ()  # each step's observation without the shown extras
 
 
+def noisy_expert_action(expert: str, info: dict, words: list[str], rng: random.Random,
+                        epsilon: float, corrupt: float) -> str:
+    """The warm start's noise on the expert's action: with probability ``epsilon`` a
+    random admissible command, with probability ``corrupt`` a corrupted one, else the
+    expert's (one ``rng.random()`` draw decides)."""
+    u = rng.random()
+    if u < epsilon:
+        return rng.choice(info.get("admissible_commands") or [expert])
+    if u < epsilon + corrupt:
+        return corrupt_action(expert, words, rng)
+    return expert
+
+
 def corrupt_action(action: str, words: list[str], rng: random.Random) -> str:
     parts = action.split()
     if not parts or not words:
@@ -64,13 +77,7 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
         won = False
         for _ in range(max_turns):
             expert = env.unwrapped.oracle_action()
-            u = rng.random()
-            if u < epsilon:
-                a = rng.choice(info.get("admissible_commands") or [expert])
-            elif u < epsilon + corrupt:
-                a = corrupt_action(expert, words, rng)
-            else:
-                a = expert
+            a = noisy_expert_action(expert, info, words, rng, epsilon, corrupt)
             obs, reward, term, trunc, info = env.step(a)
             words.extend(w for w in obs.lower().replace(",", " ").replace(".", " ").split()
                          if len(words) < 5000)

@@ -91,7 +91,7 @@ def groups_from_expert(cfg, split: str | None, tasks: int, group_size: int, seed
 
     from ..envs.base import HasOracle
     from ..types import Trajectory, Turn
-    from .demos import corrupt_action
+    from .demos import noisy_expert_action
     from .runtime import env_factory
 
     eps = float(cfg.warmstart.epsilon if epsilon is None else epsilon)
@@ -110,14 +110,8 @@ def groups_from_expert(cfg, split: str | None, tasks: int, group_size: int, seed
             info0 = dict(info0, first_observation=obs)
             info, turns, won, total = info0, [], False, 0.0
             for _ in range(int(cfg.agent.max_turns)):
-                expert = env.unwrapped.oracle_action()
-                u = rng.random()
-                if u < eps:
-                    a = rng.choice(info.get("admissible_commands") or [expert])
-                elif u < eps + cor:
-                    a = corrupt_action(expert, words, rng)
-                else:
-                    a = expert
+                a = noisy_expert_action(env.unwrapped.oracle_action(), info, words, rng,
+                                        eps, cor)
                 obs, r, term, trunc, info = env.step(a)
                 words.extend(w for w in obs.lower().split()[:50] if len(words) < 5000)
                 turns.append(Turn((), (), (), (), a, obs, float(r),
