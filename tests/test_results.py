@@ -26,6 +26,12 @@ def test_quickstart_writer_and_render(tmp_path):
         s = json.loads((tmp_path / "runs" / f"seed_{r['seed']}" / "summary.json").read_text())
         assert r["final"]["valid_unseen"] == s["final_eval"]["valid_unseen"]["success"]
     assert (res / "quickstart_seed0.png").exists()
+    # greedy re-evaluation of both checkpoints, cached beside them and read back as is
+    for r in rec["runs"]:
+        cache = tmp_path / "runs" / f"seed_{r['seed']}" / "greedy_eval.json"
+        assert r["greedy"] == json.loads(cache.read_text())
+        assert set(r["greedy"]) == {"warmstart", "final"}
+        assert all(0.0 <= r["greedy"][k]["valid_unseen"] <= 1.0 for k in r["greedy"])
     # probe record through the CLI, then the render
     rc = main(["probe", "--config", "quickstart", "--checkpoint",
                str(tmp_path / "runs" / "seed_0" / "final"), "--tasks", "2", "--group-size", "2",
@@ -43,9 +49,11 @@ def test_quickstart_writer_and_render(tmp_path):
                  "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("rest\n") and "old" not in text
-    assert "+-" in text and "seeds 0, 1" in text
+    assert "+-" in text and "seeds 0, 1" in text and "valid_unseen, greedy" in text
     md = out.read_text()
     assert "## Quickstart" in md and "| mean |" in md and "| std |" in md
+    assert "greedy decoding" in md
+    assert f"**{rec['runs'][1]['greedy']['final']['valid_unseen']:.3f}**" in md
     assert "Credit-quality probe, text world" in md and "step_groups" in md
     assert "compare_search.json" in md  # listed as not measured yet
     first = rec["runs"][0]["final"]["valid_unseen"]

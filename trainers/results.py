@@ -51,9 +51,31 @@ def _write(path: Path, record: dict) -> Path:
 
 
 # ------------------------------------------------------------------------ quickstart
+GREEDY_FILE = "greedy_eval.json"
+
+
+def greedy_reeval(run_cfg: DictConfig, out: Path, progress: bool = True) -> dict:
+    """The run's warm-start and final checkpoints re-evaluated with greedy decoding on
+    the same fixed tasks (``eval.sampling.greedy=true``), cached in ``RUN/greedy_eval.json``
+    next to the checkpoints it measured: ``{"warmstart": {split: success}, "final": ...}``."""
+    from .evaluate import evaluate_checkpoint
+
+    cache = out / GREEDY_FILE
+    if cache.exists():
+        return json.loads(cache.read_text())
+    cfg = OmegaConf.merge(run_cfg, {"eval": {"sampling": {"greedy": True}}})
+    rec = {}
+    for ckpt in ("warmstart", "final"):
+        res = evaluate_checkpoint(cfg, str(out / ckpt), progress=progress)
+        rec[ckpt] = {split: m["success"] for split, m in res.items()}
+    _write(cache, rec)
+    return rec
+
+
 def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, command: str,
-                     runs_root: Path, progress: bool = True) -> dict:
-    """One full training run per seed; ``quickstart.json`` in the issue's schema."""
+                     runs_root: Path, progress: bool = True, greedy_eval: bool = True) -> dict:
+    """One full training run per seed; ``quickstart.json`` in the issue's schema, plus
+    (``greedy_eval``) each run's warm start and final policy re-evaluated greedily."""
     from .pipeline import train
 
     runs = []
@@ -68,6 +90,7 @@ def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, comm
         else:
             summary = train(run_cfg, resume=(out / "config.yaml").exists(), progress=progress)
             wall = time.time() - t0
+        greedy = greedy_reeval(run_cfg, out, progress) if greedy_eval else None
         runs.append({"seed": int(seed), "wall_s": wall,
                      "warmstart": {s: m["success"] for s, m in summary["warmstart_eval"].items()},
                      "final": {s: m["success"] for s, m in summary["final_eval"].items()},
@@ -76,6 +99,8 @@ def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, comm
                      "final_mean_turns": {s: m["mean_turns"]
                                           for s, m in summary["final_eval"].items()},
                      "episodes_per_eval": summary["final_eval"][cfg.env.eval_splits[0]]["episodes"]})
+        if greedy is not None:
+            runs[-1]["greedy"] = greedy
         curve = out / "learning_curve.png"
         if curve.exists():
             shutil.copy(curve, out_json.parent / f"quickstart_seed{seed}.png")
@@ -127,6 +152,18 @@ def render_quickstart(rec: dict) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + " | |")
     lines += ["", f"Episodes per evaluation: {runs[0].get('episodes_per_eval', '?')} per split "
               "(fixed tasks, fixed sampler seed; the same tasks before and after RL).", ""]
+    if all("greedy" in r for r in runs):
+        lines += ["The same checkpoints and tasks with greedy decoding "
+                  "(`eval.sampling.greedy=true`):", "",
+                  "| seed | " + " | ".join(f"{s} warm start | {s} after RL" for s in splits)
+                  + " |", "|---|" + "---|---|" * len(splits)]
+        for r in runs:
+            g = r["greedy"]
+            lines.append(f"| {r['seed']} | " + " | ".join(
+                f"{g['warmstart'][s]:.3f} | **{g['final'][s]:.3f}**" for s in splits) + " |")
+        cells = [f"{np.mean([r['greedy']['warmstart'][s] for r in runs]):.3f} | "
+                 f"{np.mean([r['greedy']['final'][s] for r in runs]):.3f}" for s in splits]
+        lines += ["| mean | " + " | ".join(cells) + " |", ""]
     return lines
 
 
@@ -182,11 +219,18 @@ def quickstart_summary(rec: dict) -> str:
     for split in runs[0]["final"]:
         rows.append(f"| {split} | {ms([r['warmstart'][split] for r in runs])} | "
                     f"**{ms([r['final'][split] for r in runs])}** |")
+    if all("greedy" in r for r in runs):
+        for split in runs[0]["final"]:
+            rows.append(f"| {split}, greedy | "
+                        f"{ms([r['greedy']['warmstart'][split] for r in runs])} | "
+                        f"**{ms([r['greedy']['final'][split] for r in runs])}** |")
     wall = max(r["wall_s"] for r in runs) / 60
     return "\n".join([f"Measured on {rec['machine'].get('cpu', 'a CPU')} "
                       f"({rec['machine'].get('cores')} cores), seeds {seeds}, mean +- std over "
                       f"seeds, {runs[0].get('episodes_per_eval', '?')} fixed evaluation tasks "
-                      f"per split; every run took at most {wall:.1f} min:", ""] + rows + [
+                      f"per split, decoding sampled as configured (rows marked greedy: the "
+                      f"same checkpoints and tasks, greedy); every run took at most "
+                      f"{wall:.1f} min:", ""] + rows + [
         "", "Written by `" + rec["command"] + "`; per-seed numbers, curves and the credit "
         "comparisons are in [docs/results.md](docs/results.md)."])
 

@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--readme", default=None, help="also refresh this README's generated "
                                                    "quickstart block (render)")
     rs.add_argument("--runs", default="runs/results_quickstart", help="where the runs go")
+    rs.add_argument("--no-greedy", action="store_true",
+                    help="quickstart: skip re-evaluating each run's warm start and final "
+                         "policy with greedy decoding")
     rs.add_argument("--no-progress", action="store_true")
     rs.add_argument("overrides", nargs="*")
     c.add_argument("--no-progress", action="store_true")
@@ -290,10 +293,12 @@ def _results(args) -> int:
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
                            args.command_line, Path(args.runs),
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, greedy_eval=not args.no_greedy)
     for r in rec["runs"]:
         print(f"seed {r['seed']}: warm start {r['warmstart']} -> final {r['final']} "
-              f"({r['wall_s'] / 60:.1f} min)")
+              f"({r['wall_s'] / 60:.1f} min)"
+              + (f"; greedy {r['greedy']['warmstart']} -> {r['greedy']['final']}"
+                 if "greedy" in r else ""))
     return 0
 
 
