@@ -268,3 +268,35 @@ def test_metrics_gathered_across_ranks_drop_tokens_but_not_information(tiny_stac
     light = _without_tokens(groups)
     assert summarize(light) == summarize(groups)
     assert all(not x.response_ids and not x.prompt_ids for g in light for t in g for x in t.turns)
+
+
+@pytest.mark.parametrize("overrides,scoring_passes", [
+    ((), 0),                        # one optimizer step: the loss's forward is the old policy
+    (("rl.minibatches=2",), 1),     # two steps: the second needs the pre-update log-probs
+    (("rl.ppo_epochs=2",), 1),
+])
+def test_one_step_update_reuses_its_forward_and_matches_the_scoring_pass(
+        tiny_stack, monkeypatch, overrides, scoring_passes):
+    import turngym.trainers.update as update_mod
+    tok = tiny_stack[0]
+    calls = []
+    real = update_mod.score_rows
+    monkeypatch.setattr(update_mod, "score_rows",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    states = []
+    for reuse in (True, False):
+        model = _model(tok)
+        trainer = _trainer(model, tok, overrides=overrides)
+        trainer.reuse_forward_logprobs = reuse
+        calls.clear()
+        stats = trainer.update([_group(len(tok))], CREDIT)
+        assert len(calls) == (scoring_passes if reuse else 1)
+        states.append((copy.deepcopy(model.state_dict()), stats))
+    (a, sa), (b, sb) = states
+    moved = max(float((a[k] - _model(tok).state_dict()[k]).abs().max()) for k in a)
+    assert moved > 1e-3  # the update did something
+    for k in a:  # the separate scoring pass and the detached forward make the same update
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
+    assert sa["pg_loss"] == pytest.approx(sb["pg_loss"], rel=1e-5, abs=1e-7)
+    if not overrides:
+        assert sa["clipfrac"] == 0.0  # ratio exactly 1 on the only step

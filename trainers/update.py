@@ -3,7 +3,13 @@
 Old log-probs are recomputed by the trainer before the update by default
 (``recompute_logprobs``), so a mismatch between the sampler's numerics and the
 trainer's (vLLM vs transformers, bf16 vs fp32) cannot bias the ratio; the
-rollout's sampling log-probs are used otherwise.
+rollout's sampling log-probs are used otherwise.  When the update is a single
+optimizer step (``ppo_epochs=1``, ``minibatches=1``), the weights the old log-probs
+must be scored under are the ones the loss's own forward runs on, so that forward's
+log-probs, detached, are the recomputed ones and the separate scoring pass is skipped
+(about a third of the update's compute; TRL does the same for ``num_iterations=1``).
+The ratio is then exactly 1 and the clip inactive.  ``reuse_forward_logprobs``
+(attribute) turns this off.
 
 Under ``torchrun`` each rank passes its own groups; the loss is normalised by the
 global token (or row) count and gradients are summed across ranks before the
@@ -63,6 +69,9 @@ class PolicyGradientTrainer:
         self.precision = precision
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.sharded = is_sharded(model)  # FSDP2: collectives in every forward/backward
+        # one optimizer step per update: the loss's forward runs on the "old" weights
+        self.single_step = cfg.ppo_epochs == 1 and max(1, cfg.minibatches) == 1
+        self.reuse_forward_logprobs = True
         low = sorted({str(p.dtype) for p in self.params if p.dtype in LOW_PRECISION})
         if low:
             warnings.warn(f"training {low} weights directly: updates smaller than about 1/256 "
@@ -82,7 +91,8 @@ class PolicyGradientTrainer:
             return {"skipped": 1.0}
         device = model_device(self.model)
         reset_peak_memory(device)
-        if cfg.recompute_logprobs:
+        reuse = bool(cfg.recompute_logprobs and self.single_step and self.reuse_forward_logprobs)
+        if cfg.recompute_logprobs and not reuse:
             with unsharded(self.model):  # a collective when sharded: every rank enters
                 olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget,
                                   self.precision) if rows else []
@@ -105,7 +115,7 @@ class PolicyGradientTrainer:
                 denom = n_tok if cfg.loss_agg == "token_mean" else n_seq
                 self.opt.zero_grad(set_to_none=True)
                 for mb in self._micro_batches(mini):
-                    self._backward(mb, refs, denom, n_tok, local, device)
+                    self._backward(mb, refs, denom, n_tok, local, device, reuse)
                 if not self.sharded:  # FSDP reduce-scatters inside backward
                     world.sum_gradients(self.params)
                 gn = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
@@ -129,14 +139,16 @@ class PolicyGradientTrainer:
             mbs += [[pad]] * (self.world.all_reduce_max(len(mbs)) - len(mbs))
         return mbs
 
-    def _backward(self, mb, refs, denom: float, n_tok: float, stats: dict, device) -> None:
-        """Loss of one micro-batch (normalised by the global ``denom``) and its backward."""
+    def _backward(self, mb, refs, denom: float, n_tok: float, stats: dict, device,
+                  old_from_forward: bool = False) -> None:
+        """Loss of one micro-batch (normalised by the global ``denom``) and its backward;
+        ``old_from_forward``: this forward's own log-probs, detached, are the old ones."""
         cfg = self.cfg
         b = collate(mb, self.pad_id).to(device)
         logits = forward_logits(self.model, b.input_ids, b.attention_mask, self.precision)
         logp = token_logprobs(logits, b.input_ids)
-        pg, clipped = ppo_clip_terms(logp, b.old_logprobs, b.advantages,
-                                     cfg.clip_low, cfg.clip_high)
+        old = logp.detach() if old_from_forward else b.old_logprobs
+        pg, clipped = ppo_clip_terms(logp, old, b.advantages, cfg.clip_low, cfg.clip_high)
         loss = aggregate(pg, b.loss_mask, cfg.loss_agg, denom)
         ent_coef = float(cfg.entropy_coef)
         ent = token_entropies(logits) if ent_coef else None
