@@ -28,10 +28,29 @@ def test_quickstart_writer_and_render(tmp_path):
     assert (res / "quickstart_seed0.png").exists()
     # greedy re-evaluation of both checkpoints, cached beside them and read back as is
     for r in rec["runs"]:
-        cache = tmp_path / "runs" / f"seed_{r['seed']}" / "greedy_eval.json"
-        assert r["greedy"] == json.loads(cache.read_text())
+        cache = json.loads((tmp_path / "runs" / f"seed_{r['seed']}" / "greedy_eval.json")
+                           .read_text())
+        assert r["greedy"] == {k: cache[k] for k in ("warmstart", "final")}
         assert set(r["greedy"]) == {"warmstart", "final"}
         assert all(0.0 <= r["greedy"][k]["valid_unseen"] <= 1.0 for k in r["greedy"])
+    # the cache answers only for the checkpoints and evaluation it measured
+    from turngym.config import load_config
+    from turngym.trainers.results import greedy_reeval
+    run0 = tmp_path / "runs" / "seed_0"
+    cache_file = run0 / "greedy_eval.json"
+    planted = json.loads(cache_file.read_text())
+    planted["final"] = {"valid_unseen": 7.0}  # not a success rate: only a cache read says it
+    cache_file.write_text(json.dumps(planted))
+    run_cfg = load_config(str(run0 / "config.yaml"))
+    assert greedy_reeval(run_cfg, run0, progress=False)["final"] == {"valid_unseen": 7.0}
+    manifest = run0 / "final" / "manifest.json"  # a resumed run's new final/
+    manifest.write_text(manifest.read_text() + "\n")
+    again = greedy_reeval(run_cfg, run0, progress=False)
+    assert again["final"] == rec["runs"][0]["greedy"]["final"]  # measured again
+    cache_file.write_text(json.dumps(dict(planted, measured=json.loads(
+        cache_file.read_text())["measured"])))
+    other_eval = load_config(str(run0 / "config.yaml"), ["eval.num_tasks=1"])
+    assert greedy_reeval(other_eval, run0, progress=False)["final"] != {"valid_unseen": 7.0}
     # probe record through the CLI, then the render
     rc = main(["probe", "--config", "quickstart", "--checkpoint",
                str(tmp_path / "runs" / "seed_0" / "final"), "--tasks", "2", "--group-size", "2",

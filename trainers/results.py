@@ -12,6 +12,7 @@ turns them into ``docs/results.md``.  Nothing in the results is typed by hand.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -23,7 +24,8 @@ from typing import Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoint import write_atomic_text
+from ..config import to_dict
+from .checkpoint import MANIFEST, write_atomic_text
 
 
 def machine() -> dict:
@@ -52,23 +54,31 @@ def _write(path: Path, record: dict) -> Path:
 
 # ------------------------------------------------------------------------ quickstart
 GREEDY_FILE = "greedy_eval.json"
+CHECKPOINTS = ("warmstart", "final")
 
 
 def greedy_reeval(run_cfg: DictConfig, out: Path, progress: bool = True) -> dict:
     """The run's warm-start and final checkpoints re-evaluated with greedy decoding on
-    the same fixed tasks (``eval.sampling.greedy=true``), cached in ``RUN/greedy_eval.json``
-    next to the checkpoints it measured: ``{"warmstart": {split: success}, "final": ...}``."""
+    the same fixed tasks (``eval.sampling.greedy=true``): ``{"warmstart": {split:
+    success}, "final": ...}``.  Cached in ``RUN/greedy_eval.json`` with what it measured
+    (each checkpoint's manifest digest and the eval config); a resumed run's new
+    ``final/`` or another evaluation is measured again, never read from a stale cache."""
     from .evaluate import evaluate_checkpoint
 
+    cfg = OmegaConf.merge(run_cfg, {"eval": {"sampling": {"greedy": True}}})
+    measured = {"checkpoints": {c: hashlib.sha256((out / c / MANIFEST).read_bytes()).hexdigest()
+                                for c in CHECKPOINTS},
+                "eval": to_dict(cfg.eval), "eval_splits": list(cfg.env.eval_splits)}
     cache = out / GREEDY_FILE
     if cache.exists():
-        return json.loads(cache.read_text())
-    cfg = OmegaConf.merge(run_cfg, {"eval": {"sampling": {"greedy": True}}})
+        rec = json.loads(cache.read_text())
+        if rec.get("measured") == measured:
+            return {c: rec[c] for c in CHECKPOINTS}
     rec = {}
-    for ckpt in ("warmstart", "final"):
+    for ckpt in CHECKPOINTS:
         res = evaluate_checkpoint(cfg, str(out / ckpt), progress=progress)
         rec[ckpt] = {split: m["success"] for split, m in res.items()}
-    _write(cache, rec)
+    _write(cache, dict(rec, measured=measured))
     return rec
 
 
