@@ -6,8 +6,8 @@ trainer's (vLLM vs transformers, bf16 vs fp32) cannot bias the ratio; the
 rollout's sampling log-probs are used otherwise.  When the update is a single
 optimizer step (``ppo_epochs=1``, ``minibatches=1``), the weights the old log-probs
 must be scored under are the ones the loss's own forward runs on, so that forward's
-log-probs, detached, are the recomputed ones and the separate scoring pass is skipped
-(about a third of the update's compute; TRL does the same for ``num_iterations=1``).
+log-probs, detached, are the recomputed ones and the separate no-grad scoring pass is
+skipped (TRL does the same for ``num_iterations=1``; 4.8 -> 4.2 s per quickstart update).
 The ratio is then exactly 1 and the clip inactive.  ``reuse_forward_logprobs``
 (attribute) turns this off.
 
@@ -69,9 +69,7 @@ class PolicyGradientTrainer:
         self.precision = precision
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.sharded = is_sharded(model)  # FSDP2: collectives in every forward/backward
-        # one optimizer step per update: the loss's forward runs on the "old" weights
-        self.single_step = cfg.ppo_epochs == 1 and max(1, cfg.minibatches) == 1
-        self.reuse_forward_logprobs = True
+        self.reuse_forward_logprobs = True  # see the module docstring
         low = sorted({str(p.dtype) for p in self.params if p.dtype in LOW_PRECISION})
         if low:
             warnings.warn(f"training {low} weights directly: updates smaller than about 1/256 "
@@ -91,7 +89,9 @@ class PolicyGradientTrainer:
             return {"skipped": 1.0}
         device = model_device(self.model)
         reset_peak_memory(device)
-        reuse = bool(cfg.recompute_logprobs and self.single_step and self.reuse_forward_logprobs)
+        # one optimizer step per update: the loss's forward runs on the "old" weights
+        single_step = cfg.ppo_epochs == 1 and max(1, cfg.minibatches) == 1
+        reuse = bool(cfg.recompute_logprobs and single_step and self.reuse_forward_logprobs)
         if cfg.recompute_logprobs and not reuse:
             with unsharded(self.model):  # a collective when sharded: every rank enters
                 olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget,
