@@ -73,6 +73,16 @@ def test_compare_two_seeds_share_one_warm_start_per_seed(tmp_path):
                  "--seeds", "0,1", "--no-progress", f"output_dir={out}", "rl.steps=1",
                  "eval.num_tasks=4", *overrides]) == 0
     assert json.loads((out / "compare.json").read_text())["splits"] == res["splits"]
+    # the page renders a follow-up record (fresh seeds) under its own title; an optional
+    # record that is absent is not listed as missing, a required one is
+    (tmp_path / "compare_search_confirm.json").write_text(
+        (tmp_path / "compare_textworld.json").read_text())
+    md = tmp_path / "results.md"
+    assert main(["results", "render", "--dir", str(tmp_path), "--out", str(md)]) == 0
+    page = md.read_text()
+    assert "## Search QA, confirmatory test on fresh seeds" in page
+    assert page.count("| step_groups |") == 2 and "compare_search.json" in page
+    assert "compare_textworld_long.json" not in page
 
 
 def test_paired_bootstrap_detects_a_real_difference_and_not_noise():

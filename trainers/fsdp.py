@@ -20,6 +20,7 @@ import contextlib
 from typing import Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from .distributed import World
 
@@ -89,7 +90,7 @@ def full_state_dict(model, cpu: bool = False) -> dict[str, torch.Tensor]:
     tensor; every rank must call it)."""
     out = {}
     for k, v in model.state_dict().items():
-        v = v.full_tensor() if hasattr(v, "full_tensor") else v
+        v = v.full_tensor() if isinstance(v, DTensor) else v
         out[k] = v.detach().cpu() if cpu else v.detach()
     return out
 

@@ -257,6 +257,23 @@ def update_readme(readme: Path, rec: dict) -> bool:
     return True
 
 
+# file -> (kind, title, required); the page follows this order.  Optional records are
+# follow-up measurements (another budget, fresh seeds); a missing one is not listed.
+RESULT_FILES = {
+    "quickstart.json": ("quickstart", None, True),
+    "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
+    "compare_textworld_long.json": (
+        "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
+    "compare_search.json": ("compare", "Credit estimators on search QA", True),
+    "compare_search_confirm.json": (
+        "compare", "Search QA, confirmatory test on fresh seeds", False),
+    "compare_search_rlfix.json": (
+        "compare", "Search QA with the text world's RL settings", False),
+    "probe_textworld.json": ("probe", "Credit-quality probe, text world", True),
+    "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
+}
+
+
 def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
     """docs/results.md from every results JSON present (missing ones are listed), then
     ``notes.md`` from the same directory (hand-written analysis) when present."""
@@ -267,16 +284,12 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
              "Numbers differ across CPUs for the same seed, so every result is several seeds "
              "with confidence intervals.", ""]
     machines = set()
-    files = {"quickstart.json": ("quickstart", None),
-             "compare_textworld.json": ("compare", "Credit estimators on the text world"),
-             "compare_search.json": ("compare", "Credit estimators on search QA"),
-             "probe_textworld.json": ("probe", "Credit-quality probe, text world"),
-             "probe_search.json": ("probe", "Credit-quality probe, search QA")}
     missing = []
-    for name, (kind, title) in files.items():
+    for name, (kind, title, required) in RESULT_FILES.items():
         p = results_dir / name
         if not p.exists():
-            missing.append(name)
+            if required:
+                missing.append(name)
             continue
         rec = json.loads(p.read_text())
         machines.add(json.dumps(rec.get("machine", {}), sort_keys=True))

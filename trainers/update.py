@@ -24,6 +24,7 @@ import warnings
 from typing import Sequence
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from ..agents.numerics import (forward_logits, model_device, sequence_logprobs,
                                token_entropies, token_logprobs)
@@ -119,7 +120,7 @@ class PolicyGradientTrainer:
                 if not self.sharded:  # FSDP reduce-scatters inside backward
                     world.sum_gradients(self.params)
                 gn = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-                grad_norm += float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
+                grad_norm += float(gn.full_tensor() if isinstance(gn, DTensor) else gn)
                 self.opt.step()
                 n_updates += 1
         totals = world.all_reduce_sum([local[k] for k in _STATS] + [
