@@ -85,6 +85,48 @@ def test_compare_two_seeds_share_one_warm_start_per_seed(tmp_path):
     assert "compare_textworld_long.json" not in page
 
 
+def test_compare_variants_pair_rl_settings_from_one_warm_start(tmp_path, capsys):
+    """Arms that differ in an RL setting (not the estimator) share each seed's warm start
+    and evaluation tasks; a variant that would change either is refused before any run."""
+    import json
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from turngym.cli import main
+    out = tmp_path / "cmp"
+    overrides = [o for o in TW_SMOKE if not o.startswith(("rl.steps=", "eval.num_tasks="))]
+    base = ["compare", "--config", "quickstart", "--seeds", "0", "--no-progress",
+            f"output_dir={out}", "rl.steps=2", "eval.num_tasks=4", *overrides]
+    for bad, why in ((["--variant", "a: rl.lr=1e-4", "--variant", "b: agent.max_turns=3"],
+                      "agent.max_turns"),
+                     (["--variant", "a: rl.lr=1e-4", "--variant", "b: eval.num_tasks=8"],
+                      "eval.num_tasks"),
+                     (["--variant", "a/b: rl.lr=1e-4"], "variant name"),
+                     (["--variant", "a: rl.lr=1e-4", "--variant", "a: rl.lr=2e-4"], "twice"),
+                     (["--variant", "a: rl.lr=1e-4", "--baseline", "grpo"], "not one of"),
+                     (["--variant", "a: rl.no_such_key=1"], "no_such_key")):
+        assert main(base + bad) != 0
+        assert why in capsys.readouterr().err
+        assert not out.exists()  # refused before anything was built
+    code = main(base + ["--variant", "slow: rl.lr=1e-6", "--variant", "fast: rl.lr=1e-2",
+                        "--results", str(tmp_path / "compare_lr.json")])
+    assert code == 0
+    rec = json.loads((tmp_path / "compare_lr.json").read_text())
+    assert rec["baseline"] == "slow" and set(rec["vs_slow"]) == {"fast"}
+    assert rec["arms"]["fast"] == ["rl.lr: 0.0001 -> 0.01"]
+    ws = (out / "seed_0" / "shared" / "warmstart" / "model.safetensors").read_bytes()
+    for arm, lr in (("slow", 1e-6), ("fast", 1e-2)):
+        run = out / "seed_0" / arm
+        assert (run / "warmstart" / "model.safetensors").read_bytes() == ws
+        assert json.loads((run / "summary.json").read_text())["warmstart_eval"] == \
+            json.loads((out / "seed_0" / "shared" / "warmstart_eval.json").read_text())
+        assert OmegaConf.load(run / "config.yaml").rl.lr == lr  # the arm's own setting ...
+        opt = torch.load(run / "checkpoints" / "step_000002" / "optimizer.pt",
+                         weights_only=True)
+        assert [g["lr"] for g in opt["param_groups"]] == [lr]  # ... is what it trained with
+
+
 def test_paired_bootstrap_detects_a_real_difference_and_not_noise():
     import numpy as np
 

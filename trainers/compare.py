@@ -25,9 +25,10 @@ Layout (``output_dir``)::
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +52,7 @@ def _with(cfg: DictConfig, **dot) -> DictConfig:
 # what a warm start depends on: a run whose config agrees on these (env.eval_splits
 # aside) built the same one
 WARM_START_KEYS = ("seed", "env", "model", "agent", "warmstart", "plugins")
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
@@ -139,26 +141,79 @@ def _check_finished_run(out: Path, run_cfg: DictConfig) -> None:
                           "with these settings")
 
 
+def credit_variant(cfg: DictConfig, name: str) -> DictConfig:
+    """``cfg`` with estimator ``name`` (its params reset unless it is the config's own)."""
+    run_cfg = _with(cfg, **{"rl.credit.name": name})
+    if name != cfg.rl.credit.name:
+        OmegaConf.update(run_cfg, "rl.credit.params", {}, merge=False)
+    return run_cfg
+
+
+# a variant may change how RL trains, never what the arms share: the warm start and the
+# evaluation tasks (``seed`` and ``output_dir`` are set per run by the comparison)
+VARIANT_MAY_NOT_CHANGE = (*WARM_START_KEYS, "eval", "output_dir")
+
+
+def check_variants(cfg: DictConfig, variants: Mapping[str, DictConfig]) -> None:
+    """Refuses variants that could not be compared paired (another warm start or other
+    evaluation tasks), and names that cannot be run directories."""
+    from ..config import ConfigError
+    from .run import config_changes
+
+    if not variants:
+        raise ConfigError("a comparison needs at least one estimator or variant")
+    base = to_dict(cfg)
+    for name, vcfg in variants.items():
+        if not _NAME.fullmatch(name) or name == "shared":
+            raise ConfigError(f"variant name {name!r}: use letters, digits, '.', '_' or '-' "
+                              "(and not 'shared')")
+        mine = to_dict(vcfg)
+        diffs = []
+        for key in VARIANT_MAY_NOT_CHANGE:
+            allowed, refused = config_changes({key: base.get(key)}, {key: mine.get(key)})
+            diffs += allowed + refused  # what a resume may change, a variant still may not
+        if diffs:
+            raise ConfigError(f"variant {name!r} changes what every arm must share (the warm "
+                              "start, the evaluation tasks):\n  " + "\n  ".join(diffs))
+
+
 def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int] = (0,),
                     progress: bool = True, baseline: str = "grpo", command: str = "",
                     warm_starts: str | Path | None = None) -> dict:
-    """``warm_starts``: a directory of earlier runs (``seed_<s>/``, as ``turngym results
+    """One arm per estimator; see :func:`compare_variants`."""
+    return compare_variants(cfg, {name: credit_variant(cfg, name) for name in credits},
+                            seeds, progress, baseline, command, warm_starts)
+
+
+def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
+                     seeds: Sequence[int] = (0,), progress: bool = True,
+                     baseline: str | None = None, command: str = "",
+                     warm_starts: str | Path | None = None) -> dict:
+    """One RL run per (seed, arm), every arm of a seed from that seed's warm start and
+    evaluated on the same tasks.  An arm is a named config: an estimator
+    (:func:`credit_variant`) or any other override of how RL trains (``rl.lr``, ...).
+    ``baseline`` (default: the first arm) is what the others are paired against.
+    ``warm_starts``: a directory of earlier runs (``seed_<s>/``, as ``turngym results
     quickstart --runs`` writes them) whose warm starts are adopted instead of rebuilt."""
+    from ..config import ConfigError
     from .pipeline import train
 
+    check_variants(cfg, variants)
+    names = list(variants)
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in variants:
+        raise ConfigError(f"--baseline {baseline!r} is not one of the arms: {', '.join(names)}")
     root = Path(cfg.output_dir)
     runs: dict = {}
     for seed in seeds:
-        scfg = _with(cfg, seed=int(seed))
         sroot = root / f"seed_{seed}"
         source = Path(warm_starts) / f"seed_{seed}" if warm_starts else None
-        ws, ws_eval = shared_warm_start(_with(scfg, output_dir=str(sroot / "shared")), sroot,
-                                        progress, source)
-        for name in credits:
+        ws, ws_eval = shared_warm_start(
+            _with(cfg, seed=int(seed), output_dir=str(sroot / "shared")), sroot, progress,
+            source)
+        for name, vcfg in variants.items():
             out = sroot / name
-            run_cfg = _with(scfg, output_dir=str(out), **{"rl.credit.name": name})
-            if name != cfg.rl.credit.name:
-                OmegaConf.update(run_cfg, "rl.credit.params", {}, merge=False)
+            run_cfg = _with(vcfg, seed=int(seed), output_dir=str(out))
             if (out / "summary.json").exists():
                 _check_finished_run(out, run_cfg)
             else:
@@ -167,15 +222,23 @@ def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int
                       warm_start_eval=ws_eval)
             summary = json.loads((out / "summary.json").read_text())
             runs.setdefault(name, {})[int(seed)] = summary
-    results = summarize_comparison(runs, list(credits), list(cfg.env.eval_splits), baseline)
+    results = summarize_comparison(runs, names, list(cfg.env.eval_splits), baseline)
     results["command"] = command
     results["config"] = to_dict(cfg)
+    results["arms"] = {n: config_changes_from(cfg, v) for n, v in variants.items()}
     write_atomic_text(root / "compare.json", json.dumps(results, indent=1))
     try:
-        plot_comparison(root, credits, seeds, root / "compare.png")
+        plot_comparison(root, names, seeds, root / "compare.png")
     except Exception as exc:  # the numbers matter more than the picture
         print(f"warning: could not plot the comparison: {exc}")
     return results
+
+
+def config_changes_from(cfg: DictConfig, variant: DictConfig) -> list[str]:
+    """What an arm changes with respect to the comparison's config (``key: old -> new``)."""
+    from .run import config_changes
+    allowed, refused = config_changes(to_dict(cfg), to_dict(variant))
+    return allowed + refused
 
 
 # ------------------------------------------------------------------------ statistics

@@ -129,7 +129,7 @@ def compare_record(results: dict, split: str, command: str) -> dict:
                                "ci95": e["ci95"], "warmstart": e["warmstart"]}
                            for n, e in st["estimators"].items()},
             f"vs_{results['baseline']}": st["vs_baseline"],
-            "all_splits": results["splits"]}
+            "arms": results.get("arms", {}), "all_splits": results["splits"]}
 
 
 def probe_record(results: dict, command: str) -> dict:
@@ -264,6 +264,8 @@ RESULT_FILES = {
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
+    "compare_textworld_lr.json": (
+        "compare", "Text world, RL learning rate at the quickstart's budget", False),
     "compare_search.json": ("compare", "Credit estimators on search QA", True),
     "compare_search_confirm.json": (
         "compare", "Search QA, confirmatory test on fresh seeds", False),

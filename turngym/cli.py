@@ -23,6 +23,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 
 
 
@@ -79,10 +80,16 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="same warm start, one RL run per credit estimator, "
                                        "learning curves on one plot")
     c.add_argument("--config", default="quickstart")
-    c.add_argument("--credits", required=True, help="comma-separated estimator names")
+    arms = c.add_mutually_exclusive_group(required=True)
+    arms.add_argument("--credits", help="comma-separated estimator names, one arm each")
+    arms.add_argument("--variant", action="append", metavar="'NAME: KEY=VALUE ...'",
+                      help="an arm that overrides how RL trains, e.g. --variant 'lr1: "
+                           "rl.lr=1e-4' --variant 'lr3: rl.lr=3e-4' (repeat; the arms "
+                           "share each seed's warm start and evaluation tasks)")
     c.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (one shared "
                                                "warm start per seed)")
-    c.add_argument("--baseline", default="grpo", help="estimator the others are compared to")
+    c.add_argument("--baseline", default=None, help="arm the others are compared to "
+                                                    "(default: grpo, or the first variant)")
     c.add_argument("--warm-starts", metavar="RUNS",
                    help="reuse the warm starts of earlier runs, RUNS/seed_<s>/warmstart (e.g. "
                         "`turngym results quickstart --runs RUNS`); refused unless each was "
@@ -221,11 +228,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _load(args, training: bool = True):
+def _load(args, training: bool = True, extra: Sequence[str] = ()):
+    """The config named by ``--config`` with the command's overrides, then ``extra``."""
     from .config import load_config
     overrides = list(args.overrides) + [f"plugins=[{','.join(args.plugin)}]"] if args.plugin \
         else list(args.overrides)
-    return load_config(args.config, overrides, training=training)
+    return load_config(args.config, overrides + list(extra), training=training)
+
+
+def _variants(args, cfg) -> dict:
+    """``--variant 'NAME: KEY=VALUE ...'`` -> {NAME: the config with the comparison's
+    overrides, then the variant's}, each loaded and validated like any config."""
+    from .config import ConfigError
+    arms = {}
+    for spec in args.variant:
+        name, sep, rest = spec.partition(":")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--variant {spec!r}: expected 'NAME: KEY=VALUE ...'")
+        if name in arms:
+            raise ConfigError(f"--variant {name!r} is given twice")
+        arms[name] = _load(args, extra=shlex.split(rest))
+    return arms
 
 
 def _run(args) -> int:
@@ -237,11 +261,17 @@ def _run(args) -> int:
         return _results(args)
     cfg = _load(args)
     if args.command == "compare":
-        from .trainers.compare import compare_credits, format_comparison
+        from .trainers.compare import compare_variants, credit_variant, format_comparison
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        res = compare_credits(cfg, [x for x in args.credits.split(",") if x], seeds,
-                              progress=not args.no_progress, baseline=args.baseline,
-                              command=args.command_line, warm_starts=args.warm_starts)
+        if args.credits:
+            arms = {n: credit_variant(cfg, n) for n in args.credits.split(",") if n}
+            baseline = args.baseline or "grpo"
+        else:
+            arms = _variants(args, cfg)
+            baseline = args.baseline
+        res = compare_variants(cfg, arms, seeds, progress=not args.no_progress,
+                               baseline=baseline, command=args.command_line,
+                               warm_starts=args.warm_starts)
         print(format_comparison(res))
         if args.results:
             from pathlib import Path
