@@ -78,3 +78,75 @@ def test_quickstart_writer_and_render(tmp_path):
     first = rec["runs"][0]["final"]["valid_unseen"]
     assert f"**{first:.3f}**" in md
     assert md.rstrip().endswith("notes-marker")  # the hand-written analysis comes last
+
+
+def test_quickstart_variants_record_pairs_whole_recipes_by_seed_and_task(tmp_path, capsys):
+    """A variant may change the recipe (warm start included), never the env, the
+    evaluation tasks or the seeds; finished runs are reused only with their own config."""
+    import pytest
+
+    from turngym.config import ConfigError
+    from turngym.trainers.results import quickstart_variants
+
+    res, runs = tmp_path / "results", tmp_path / "runs"
+    overrides = [o for o in SMOKE if not o.startswith("checkpoint.")] + ["rl.steps=1"]
+    base = ["results", "quickstart", "--seeds", "0", "--dir", str(res), "--runs", str(runs),
+            "--no-progress"]
+    # refused before anything runs: each would change what the arms are paired on
+    for bad in ("evalx: eval.num_tasks=5", "envx: env.kwargs.world.num_unseen_layouts=3",
+                "seedx: seed=7", "baseline: rl.steps=2", "a/b: rl.steps=2"):
+        with pytest.raises(ConfigError):
+            quickstart_variants(_cfg(overrides), {bad.split(":")[0]: _cfg(
+                overrides + [bad.split(": ")[1]])}, [0], res / "q.json", "", runs,
+                "valid_unseen", progress=False)
+    assert not runs.exists()
+    assert main([*base, *overrides, "--variant", "demos: warmstart.num_demos=24",
+                 "--variant", "steps: rl.steps=2"]) == 0
+    rec = json.loads((res / "quickstart_variants.json").read_text())
+    assert not (res / "quickstart.json").exists()  # the quickstart record is its own command's
+    assert rec["baseline"] == "baseline" and rec["split"] == "valid_unseen"
+    assert set(rec["estimators"]) == {"baseline", "demos", "steps"}
+    assert set(rec["vs_baseline"]) == {"demos", "steps"}
+    assert rec["arms"]["demos"] == ["warmstart.num_demos: 16 -> 24"]
+    assert rec["arms"]["baseline"] == []
+    dirs = {"baseline": runs / "seed_0", "demos": runs / "variants" / "demos" / "seed_0",
+            "steps": runs / "variants" / "steps" / "seed_0"}
+    for name, d in dirs.items():  # the numbers are each run's own summary
+        s = json.loads((d / "summary.json").read_text())
+        assert rec["estimators"][name]["final"] == [s["final_eval"]["valid_unseen"]["success"]]
+        assert rec["estimators"][name]["warmstart"] == [
+            s["warmstart_eval"]["valid_unseen"]["success"]]
+        assert len(rec["wall_s"][name]) == 1 and rec["wall_s"][name][0] > 0
+    for name, n in (("baseline", 1), ("steps", 2)):  # each arm trained its own budget
+        recs = [json.loads(x) for x in (dirs[name] / "metrics.jsonl").read_text().splitlines()]
+        assert sorted({r["step"] for r in recs if r.get("phase") == "rl"}) == list(
+            range(1, n + 1))
+    per_task = {n: json.loads((d / "summary.json").read_text())["final_eval"]["valid_unseen"]
+                ["per_task_success"] for n, d in dirs.items()}
+    assert all(len(v) == 3 for v in per_task.values())  # the same 3 evaluation tasks each
+    d = rec["vs_baseline"]["steps"]
+    assert abs(d["diff_mean"] - (sum(per_task["steps"]) - sum(per_task["baseline"])) / 3) < 1e-9
+    assert d["ci95"][0] <= d["diff_mean"] <= d["ci95"][1]
+    out = capsys.readouterr().out
+    assert "demos: final valid_unseen" in out and "vs baseline" in out
+    # rerun: every run is read back, nothing retrained
+    mtimes = {n: (d / "summary.json").stat().st_mtime for n, d in dirs.items()}
+    assert main([*base, *overrides, "--variant", "demos: warmstart.num_demos=24",
+                 "--variant", "steps: rl.steps=2"]) == 0
+    assert {n: (d / "summary.json").stat().st_mtime for n, d in dirs.items()} == mtimes
+    # the same arm name with another recipe must not silently reuse the finished run
+    assert main([*base, *overrides, "--variant", "demos: warmstart.num_demos=32"]) == 2
+    # and the baseline runs are what `results quickstart` reads, with the same check
+    assert main([*base, *overrides]) == 0
+    assert main([*base, *overrides[:-1], "rl.steps=3"]) == 2
+    # the record renders under its own title, with the arms' changes and wall times
+    md = tmp_path / "results.md"
+    assert main(["results", "render", "--dir", str(res), "--out", str(md)]) == 0
+    text = md.read_text()
+    assert "Quickstart recipes side by side" in text and "wall (min) per seed" in text
+    assert "`warmstart.num_demos: 16 -> 24`" in text
+
+
+def _cfg(overrides):
+    from turngym.config import load_config
+    return load_config("quickstart", overrides)

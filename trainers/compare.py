@@ -124,7 +124,7 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
     return ws, res
 
 
-def _check_finished_run(out: Path, run_cfg: DictConfig) -> None:
+def check_finished_run(out: Path, run_cfg: DictConfig) -> None:
     """A finished run is reused only if it was trained and evaluated with this config
     (logging, checkpoint and thread settings aside): a rerun with another budget or
     evaluation must not mix them across estimators."""
@@ -154,9 +154,13 @@ def credit_variant(cfg: DictConfig, name: str) -> DictConfig:
 VARIANT_MAY_NOT_CHANGE = (*WARM_START_KEYS, "eval", "output_dir")
 
 
-def check_variants(cfg: DictConfig, variants: Mapping[str, DictConfig]) -> None:
-    """Refuses variants that could not be compared paired (another warm start or other
-    evaluation tasks), and names that cannot be run directories."""
+def check_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
+                   may_not_change: Sequence[str] = VARIANT_MAY_NOT_CHANGE,
+                   shared: str = "the warm start, the evaluation tasks",
+                   reserved: str = "shared") -> None:
+    """Refuses variants that could not be compared paired (by default: another warm start
+    or other evaluation tasks; ``may_not_change`` names the top-level keys every arm
+    shares), and names that cannot be run directories (or are ``reserved``)."""
     from ..config import ConfigError
     from .run import config_changes
 
@@ -164,17 +168,17 @@ def check_variants(cfg: DictConfig, variants: Mapping[str, DictConfig]) -> None:
         raise ConfigError("a comparison needs at least one estimator or variant")
     base = to_dict(cfg)
     for name, vcfg in variants.items():
-        if not _NAME.fullmatch(name) or name == "shared":
+        if not _NAME.fullmatch(name) or name == reserved:
             raise ConfigError(f"variant name {name!r}: use letters, digits, '.', '_' or '-' "
-                              "(and not 'shared')")
+                              f"(and not {reserved!r})")
         mine = to_dict(vcfg)
         diffs = []
-        for key in VARIANT_MAY_NOT_CHANGE:
+        for key in may_not_change:
             allowed, refused = config_changes({key: base.get(key)}, {key: mine.get(key)})
             diffs += allowed + refused  # what a resume may change, a variant still may not
         if diffs:
-            raise ConfigError(f"variant {name!r} changes what every arm must share (the warm "
-                              "start, the evaluation tasks):\n  " + "\n  ".join(diffs))
+            raise ConfigError(f"variant {name!r} changes what every arm must share ({shared})"
+                              ":\n  " + "\n  ".join(diffs))
 
 
 def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int] = (0,),
@@ -215,7 +219,7 @@ def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
             out = sroot / name
             run_cfg = _with(vcfg, seed=int(seed), output_dir=str(out))
             if (out / "summary.json").exists():
-                _check_finished_run(out, run_cfg)
+                check_finished_run(out, run_cfg)
             else:
                 started = (out / "config.yaml").exists()
                 train(run_cfg, resume=started, progress=progress, warm_start=ws,

@@ -4,6 +4,9 @@ turns them into ``docs/results.md``.  Nothing in the results is typed by hand.
 * ``turngym results quickstart --seeds 0,1,2 [overrides]`` -> ``quickstart.json``:
   one full ``turngym train`` per seed (warm start and final success per split, wall
   time), plus each run's learning curve.
+* ``turngym results quickstart --variant 'NAME: KEY=VALUE ...' [--variant ...]`` ->
+  ``quickstart_variants.json``: the quickstart against whole-recipe variants, paired by
+  seed and task (:func:`quickstart_variants`).
 * ``turngym compare ... --results compare_<env>.json`` and
   ``turngym probe ... --results probe_<env>.json`` write their own files
   (:func:`compare_record`, :func:`probe_record`).
@@ -82,39 +85,91 @@ def greedy_reeval(run_cfg: DictConfig, out: Path, progress: bool = True) -> dict
     return rec
 
 
+def _seed_run(run_cfg: DictConfig, out: Path, progress: bool) -> tuple[dict, float]:
+    """(summary, wall seconds) of one full training run in ``out``: trained, resumed, or
+    -- when it finished before -- read back, only if it was run with this config."""
+    from .compare import check_finished_run
+    from .pipeline import train
+
+    if (out / "summary.json").exists():
+        check_finished_run(out, run_cfg)
+        summary = json.loads((out / "summary.json").read_text())
+        return summary, float(summary.get("wall_seconds_this_run", 0.0))
+    t0 = time.time()
+    summary = train(run_cfg, resume=(out / "config.yaml").exists(), progress=progress)
+    return summary, time.time() - t0
+
+
+def _run_entry(seed: int, summary: dict, wall: float, first_split: str) -> dict:
+    return {"seed": int(seed), "wall_s": wall,
+            "warmstart": {s: m["success"] for s, m in summary["warmstart_eval"].items()},
+            "final": {s: m["success"] for s, m in summary["final_eval"].items()},
+            "final_invalid_action_rate": {s: m["invalid_action_rate"]
+                                          for s, m in summary["final_eval"].items()},
+            "final_mean_turns": {s: m["mean_turns"] for s, m in summary["final_eval"].items()},
+            "episodes_per_eval": summary["final_eval"][first_split]["episodes"]}
+
+
 def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, command: str,
                      runs_root: Path, progress: bool = True, greedy_eval: bool = True) -> dict:
     """One full training run per seed; ``quickstart.json`` in the issue's schema, plus
     (``greedy_eval``) each run's warm start and final policy re-evaluated greedily."""
-    from .pipeline import train
-
     runs = []
     out_json.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         out = runs_root / f"seed_{seed}"
         run_cfg = OmegaConf.merge(cfg, {"seed": int(seed), "output_dir": str(out)})
-        t0 = time.time()
-        if (out / "summary.json").exists():
-            summary = json.loads((out / "summary.json").read_text())
-            wall = float(summary.get("wall_seconds_this_run", 0.0))
-        else:
-            summary = train(run_cfg, resume=(out / "config.yaml").exists(), progress=progress)
-            wall = time.time() - t0
+        summary, wall = _seed_run(run_cfg, out, progress)
         greedy = greedy_reeval(run_cfg, out, progress) if greedy_eval else None
-        runs.append({"seed": int(seed), "wall_s": wall,
-                     "warmstart": {s: m["success"] for s, m in summary["warmstart_eval"].items()},
-                     "final": {s: m["success"] for s, m in summary["final_eval"].items()},
-                     "final_invalid_action_rate": {s: m["invalid_action_rate"]
-                                                   for s, m in summary["final_eval"].items()},
-                     "final_mean_turns": {s: m["mean_turns"]
-                                          for s, m in summary["final_eval"].items()},
-                     "episodes_per_eval": summary["final_eval"][cfg.env.eval_splits[0]]["episodes"]})
+        runs.append(_run_entry(seed, summary, wall, cfg.env.eval_splits[0]))
         if greedy is not None:
             runs[-1]["greedy"] = greedy
         curve = out / "learning_curve.png"
         if curve.exists():
             shutil.copy(curve, out_json.parent / f"quickstart_seed{seed}.png")
     record = {"command": command, "machine": machine(), "runs": runs}
+    _write(out_json, record)
+    return record
+
+
+# a quickstart variant is a whole other recipe (warm start included), trained and
+# evaluated on what every arm shares: the env, its evaluation tasks, the seeds
+QUICKSTART_VARIANT_MAY_NOT_CHANGE = ("env", "eval", "output_dir", "seed")
+BASELINE_ARM = "baseline"
+
+
+def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
+                        seeds: Sequence[int], out_json: Path, command: str, runs_root: Path,
+                        split: str, progress: bool = True) -> dict:
+    """The quickstart (arm ``baseline``, runs in ``runs_root/seed_<s>``, as
+    :func:`quickstart_seeds` writes them) against whole-recipe variants (more demos, more
+    RL steps, ...; runs in ``runs_root/variants/<name>/seed_<s>``), every run a full
+    ``turngym train`` alone.  Arms are paired by seed and by evaluation task; the record
+    has :func:`compare_record`'s schema for ``split`` (baseline ``baseline``) plus each
+    run's wall time, so whether a variant fits the quickstart's budget is read off it."""
+    from .compare import check_variants, config_changes_from, summarize_comparison
+
+    check_variants(cfg, variants, QUICKSTART_VARIANT_MAY_NOT_CHANGE,
+                   "the env, its evaluation tasks, the seeds", reserved=BASELINE_ARM)
+    if split not in cfg.env.eval_splits:
+        from ..config import ConfigError
+        raise ConfigError(f"split {split!r} is not evaluated (env.eval_splits: "
+                          f"{list(cfg.env.eval_splits)})")
+    arms = {BASELINE_ARM: cfg, **variants}
+    runs: dict = {}
+    walls: dict = {}
+    for name, arm_cfg in arms.items():
+        root = runs_root if name == BASELINE_ARM else runs_root / "variants" / name
+        for seed in seeds:
+            out = root / f"seed_{seed}"
+            run_cfg = OmegaConf.merge(arm_cfg, {"seed": int(seed), "output_dir": str(out)})
+            summary, wall = _seed_run(run_cfg, out, progress)
+            runs.setdefault(name, {})[int(seed)] = summary
+            walls.setdefault(name, []).append(wall)
+    results = summarize_comparison(runs, list(arms), list(cfg.env.eval_splits), BASELINE_ARM)
+    results["arms"] = {n: config_changes_from(cfg, v) for n, v in arms.items()}
+    record = compare_record(results, split, command)
+    record["wall_s"] = walls
     _write(out_json, record)
     return record
 
@@ -195,6 +250,16 @@ def render_compare(rec: dict, title: str) -> list[str]:
     return lines + [""]
 
 
+def render_variants(rec: dict, title: str) -> list[str]:
+    lines = render_compare(rec, title)
+    lines += ["What each arm changes, and each seed's wall time (every run alone on the "
+              "machine below):", "", "| arm | changes | wall (min) per seed |", "|---|---|---|"]
+    for name, walls in rec["wall_s"].items():
+        changes = "; ".join(f"`{c}`" for c in rec["arms"].get(name, [])) or "--"
+        lines.append(f"| {name} | {changes} | {', '.join(f'{w / 60:.1f}' for w in walls)} |")
+    return lines + [""]
+
+
 def render_probe(rec: dict, title: str) -> list[str]:
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
              f"{rec['tasks']} tasks x {rec['group_size']} rollouts, {rec['continuations']} "
@@ -261,6 +326,9 @@ def update_readme(readme: Path, rec: dict) -> bool:
 # follow-up measurements (another budget, fresh seeds); a missing one is not listed.
 RESULT_FILES = {
     "quickstart.json": ("quickstart", None, True),
+    "quickstart_variants.json": (
+        "variants", "Quickstart recipes side by side (whole runs, paired by seed and task)",
+        False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
@@ -301,8 +369,9 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
                 update_readme(Path(readme), rec)
             for png in sorted(results_dir.glob("quickstart_seed*.png")):
                 parts += [f"![{png.stem}](results/{png.name})", ""]
-        elif kind == "compare":
-            parts += render_compare(rec, title)
+        elif kind in ("compare", "variants"):
+            parts += render_compare(rec, title) if kind == "compare" \
+                else render_variants(rec, title)
             png = results_dir / name.replace(".json", ".png")
             if png.exists():
                 parts += [f"![{png.stem}](results/{png.name})", ""]

@@ -106,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--readme", default=None, help="also refresh this README's generated "
                                                    "quickstart block (render)")
     rs.add_argument("--runs", default="runs/results_quickstart", help="where the runs go")
+    rs.add_argument("--variant", action="append", metavar="'NAME: KEY=VALUE ...'",
+                    help="quickstart: also run this whole recipe (repeat), e.g. --variant "
+                         "'demos: warmstart.num_demos=4000', and write quickstart_variants.json "
+                         "(each arm paired with the config by seed and task) instead of "
+                         "quickstart.json")
+    rs.add_argument("--split", default=None, help="quickstart --variant: the split the "
+                                                  "record compares (default: the last eval "
+                                                  "split)")
     rs.add_argument("--no-greedy", action="store_true",
                     help="quickstart: skip re-evaluating each run's warm start and final "
                          "policy with greedy decoding")
@@ -316,11 +324,30 @@ def _results(args) -> int:
 
     from .trainers.results import quickstart_seeds, render
     if args.what == "render":
+        if args.variant:
+            from .config import ConfigError
+            raise ConfigError("--variant belongs to `turngym results quickstart`, not render")
         readme = Path(args.readme) if args.readme else None
         print(f"written {render(Path(args.dir), Path(args.out), readme)}")
         return 0
     cfg = _load(args)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if args.variant:
+        from .trainers.results import quickstart_variants
+        rec = quickstart_variants(cfg, _variants(args, cfg), seeds,
+                                  Path(args.dir) / "quickstart_variants.json",
+                                  args.command_line, Path(args.runs),
+                                  args.split or list(cfg.env.eval_splits)[-1],
+                                  progress=not args.no_progress)
+        base = rec["baseline"]
+        for name, e in rec["estimators"].items():
+            d = rec[f"vs_{base}"].get(name)
+            print(f"{name}: final {rec['split']} {e['mean']:.3f} [{e['ci95'][0]:.3f}, "
+                  f"{e['ci95'][1]:.3f}] (per seed {', '.join(f'{x:.3f}' for x in e['final'])})"
+                  + (f"; vs {base} {d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, "
+                     f"{d['ci95'][1]:+.3f}]" if d else "")
+                  + f"; wall {max(rec['wall_s'][name]) / 60:.1f} min at most")
+        return 0
     rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
                            args.command_line, Path(args.runs),
                            progress=not args.no_progress, greedy_eval=not args.no_greedy)
