@@ -329,6 +329,8 @@ RESULT_FILES = {
     "quickstart_variants.json": (
         "variants", "Quickstart recipes side by side (whole runs, paired by seed and task)",
         False),
+    "quickstart_variants_demos.json": (
+        "variants", "Quickstart, more demonstrations at the same SFT cost (750 steps)", False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
