@@ -331,6 +331,8 @@ RESULT_FILES = {
         False),
     "quickstart_variants_demos.json": (
         "variants", "Quickstart, more demonstrations at the same SFT cost (750 steps)", False),
+    "quickstart_variants_sft4.json": (
+        "variants", "Quickstart, a 4th SFT epoch (1,000 SFT steps)", False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
