@@ -333,6 +333,8 @@ RESULT_FILES = {
         "variants", "Quickstart, more demonstrations at the same SFT cost (750 steps)", False),
     "quickstart_variants_sft4.json": (
         "variants", "Quickstart, a 4th SFT epoch (1,000 SFT steps)", False),
+    "quickstart_variants_s8.json": (
+        "variants", "Quickstart, a 35-turn cap and a 4th layer", False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
