@@ -335,6 +335,8 @@ RESULT_FILES = {
         "variants", "Quickstart, a 4th SFT epoch (1,000 SFT steps)", False),
     "quickstart_variants_s8.json": (
         "variants", "Quickstart, a 35-turn cap and a 4th layer", False),
+    "quickstart_variants_g16.json": (
+        "variants", "Quickstart, groups of 16 on 4 tasks per step (same 64 episodes)", False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
