@@ -12,8 +12,10 @@ contracts serve credit assignment:
 
 from __future__ import annotations
 
+import random
 import string
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 
@@ -67,6 +69,17 @@ class HasLMCorpus(Protocol):
     """Text for a language-modelling pass before SFT (``warmstart.lm_epochs > 0``)."""
 
     def lm_corpus(self) -> Iterable[str]: ...
+
+
+@runtime_checkable
+class HasRenaming(Protocol):
+    """Interchangeable names for warm-start augmentation (``warmstart.rename > 0``):
+    ``renamer(rng, texts)`` draws one consistent renaming for the texts of one
+    demonstration and returns it as a text -> text function; applied to each of them it
+    gives a demonstration the env could have produced up to names, so a policy learns to
+    copy names rather than memorise them."""
+
+    def renamer(self, rng: random.Random, texts: Sequence[str]) -> Callable[[str], str]: ...
 
 
 @runtime_checkable

@@ -12,7 +12,8 @@ def test_quickstart_writer_and_render(tmp_path):
     res = tmp_path / "results"
     overrides = [o for o in SMOKE if not o.startswith("checkpoint.")] + ["rl.steps=1"]
     assert main(["results", "quickstart", "--seeds", "0,1", "--dir", str(res), "--runs",
-                 str(tmp_path / "runs"), "--no-progress", *overrides]) == 0
+                 str(tmp_path / "runs"), "--no-progress", "--decoding",
+                 "t0.05: temperature=0.05", *overrides]) == 0
     rec = json.loads((res / "quickstart.json").read_text())
     assert rec["command"].startswith("turngym results quickstart")
     assert rec["machine"]["cores"] >= 1 and rec["machine"]["torch"]
@@ -33,6 +34,15 @@ def test_quickstart_writer_and_render(tmp_path):
         assert r["greedy"] == {k: cache[k] for k in ("warmstart", "final")}
         assert set(r["greedy"]) == {"warmstart", "final"}
         assert all(0.0 <= r["greedy"][k]["valid_unseen"] <= 1.0 for k in r["greedy"])
+    # another decoding of the same checkpoints: its own cache, its settings recorded
+    for r in rec["runs"]:
+        d = r["decodings"]["t0.05"]
+        assert d["sampling"] == {"temperature": 0.05}
+        cache = json.loads((tmp_path / "runs" / f"seed_{r['seed']}" / "reeval_t0.05.json")
+                           .read_text())
+        assert cache["measured"]["eval"]["sampling"]["temperature"] == 0.05
+        assert {k: d[k] for k in ("warmstart", "final")} == {k: cache[k] for k in
+                                                               ("warmstart", "final")}
     # the cache answers only for the checkpoints and evaluation it measured
     from turngym.config import load_config
     from turngym.trainers.results import greedy_reeval
@@ -69,9 +79,10 @@ def test_quickstart_writer_and_render(tmp_path):
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("rest\n") and "old" not in text
     assert "+-" in text and "seeds 0, 1" in text and "valid_unseen, greedy" in text
+    assert "valid_unseen, t0.05" in text
     md = out.read_text()
     assert "## Quickstart" in md and "| mean |" in md and "| std |" in md
-    assert "greedy decoding" in md
+    assert "greedy decoding" in md and "`temperature=0.05`" in md
     assert f"**{rec['runs'][1]['greedy']['final']['valid_unseen']:.3f}**" in md
     assert "Credit-quality probe, text world" in md and "step_groups" in md
     assert "compare_search.json" in md  # listed as not measured yet
@@ -150,3 +161,11 @@ def test_quickstart_variants_record_pairs_whole_recipes_by_seed_and_task(tmp_pat
 def _cfg(overrides):
     from turngym.config import load_config
     return load_config("quickstart", overrides)
+
+
+def test_a_decoding_that_is_not_a_sampling_setting_is_refused(tmp_path, capsys):
+    for bad in ("t: temp=0.4", "greedy: temperature=0.4", "t: temperature=0", "t:"):
+        assert main(["results", "quickstart", "--seeds", "0", "--dir", str(tmp_path), "--runs",
+                     str(tmp_path / "runs"), "--decoding", bad, *SMOKE]) == 2
+        assert "--decoding" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # refused before anything ran

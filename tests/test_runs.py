@@ -84,6 +84,19 @@ def test_resume_refuses_changed_config_but_allows_listed_keys(run):
         "episodes"] == 3
 
 
+def test_resume_of_a_run_older_than_an_option_takes_its_default_only(run):
+    """A run saved before an option existed (its config.yaml lacks the key) resumes with
+    the option at its default, and is refused with any other value."""
+    import yaml
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["warmstart"].pop("lm_mix") is False
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(RunError, match=r"warmstart.lm_mix: None -> True"):
+        train(_cfg(run, "rl.steps=4", "warmstart.lm_mix=true"), resume=True, progress=False)
+    train(_cfg(run, "rl.steps=4"), resume=True, progress=False)
+    assert _rl_steps(run) == [1, 2, 3, 4]
+
+
 def test_deleted_latest_and_corrupted_newest_checkpoint_fall_back(run):
     (run / "checkpoints" / "latest").unlink()
     weights = run / "checkpoints" / "step_000003" / "model.safetensors"

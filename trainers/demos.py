@@ -12,8 +12,8 @@ demos are kept.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import gymnasium as gym
 
@@ -93,6 +93,22 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
                 progress(1)
     env.close()
     return demos
+
+
+def renamed_demos(demos: list[Demo], make_renamer, prob: float, seed: int) -> list[Demo]:
+    """Each demo replaced, with probability ``prob``, by a copy whose every text went
+    through one fresh renaming (``make_renamer(rng, texts)``, see ``HasRenaming``).  Its
+    own RNG stream: the demos themselves (and so runs without renaming) are unchanged."""
+    rng = random.Random(f"rename-{seed}")
+    out = []
+    for d in demos:
+        if rng.random() >= prob:
+            out.append(d)
+            continue
+        f = make_renamer(rng, [d.first_observation, *(t for a, o, _ in d.steps for t in (a, o))])
+        out.append(Demo(f(d.first_observation), tuple((f(a), f(o), e) for a, o, e in d.steps),
+                        d.task_id, f(d.first_plain), tuple(f(p) for p in d.plain)))
+    return out
 
 
 def demo_texts(demos: list[Demo]) -> list[str]:

@@ -15,16 +15,19 @@ turns them into ``docs/results.md``.  Nothing in the results is typed by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import to_dict
@@ -63,16 +66,24 @@ CHECKPOINTS = ("warmstart", "final")
 def greedy_reeval(run_cfg: DictConfig, out: Path, progress: bool = True) -> dict:
     """The run's warm-start and final checkpoints re-evaluated with greedy decoding on
     the same fixed tasks (``eval.sampling.greedy=true``): ``{"warmstart": {split:
-    success}, "final": ...}``.  Cached in ``RUN/greedy_eval.json`` with what it measured
-    (each checkpoint's manifest digest and the eval config); a resumed run's new
-    ``final/`` or another evaluation is measured again, never read from a stale cache."""
+    success}, "final": ...}``.  Cached in ``RUN/greedy_eval.json`` (see :func:`reeval`)."""
+    return reeval(run_cfg, out, {"greedy": True}, GREEDY_FILE, progress)
+
+
+def reeval(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
+           progress: bool = True) -> dict:
+    """The run's warm-start and final checkpoints re-evaluated on the same fixed tasks with
+    ``eval.sampling`` overridden by ``sampling``: ``{"warmstart": {split: success},
+    "final": ...}``.  Cached in ``RUN/cache_name`` with what it measured (each
+    checkpoint's manifest digest and the eval config); a resumed run's new ``final/`` or
+    another evaluation is measured again, never read from a stale cache."""
     from .evaluate import evaluate_checkpoint
 
-    cfg = OmegaConf.merge(run_cfg, {"eval": {"sampling": {"greedy": True}}})
+    cfg = OmegaConf.merge(run_cfg, {"eval": {"sampling": dict(sampling)}})
     measured = {"checkpoints": {c: hashlib.sha256((out / c / MANIFEST).read_bytes()).hexdigest()
                                 for c in CHECKPOINTS},
                 "eval": to_dict(cfg.eval), "eval_splits": list(cfg.env.eval_splits)}
-    cache = out / GREEDY_FILE
+    cache = out / cache_name
     if cache.exists():
         rec = json.loads(cache.read_text())
         if rec.get("measured") == measured:
@@ -83,6 +94,35 @@ def greedy_reeval(run_cfg: DictConfig, out: Path, progress: bool = True) -> dict
         rec[ckpt] = {split: m["success"] for split, m in res.items()}
     _write(cache, dict(rec, measured=measured))
     return rec
+
+
+DECODING_NAME = re.compile(r"[a-z0-9][a-z0-9_.=-]*")
+
+
+def parse_decoding(spec: str) -> tuple[str, dict]:
+    """``'NAME: temperature=0.4 top_p=1.0'`` -> (NAME, sampling overrides); the keys are
+    :class:`~turngym.config.SamplingConfig` fields, checked like any config."""
+    from ..config import ConfigError, SamplingConfig
+
+    name, sep, rest = spec.partition(":")
+    name = name.strip()
+    if not sep or not DECODING_NAME.fullmatch(name) or name == "greedy":
+        raise ConfigError(f"--decoding {spec!r}: want 'NAME: KEY=VALUE ...' with NAME of "
+                          "[a-z0-9_.=-] (not 'greedy', which is always measured)")
+    known = {f.name for f in dataclasses.fields(SamplingConfig)}
+    sampling = {}
+    for item in rest.split():
+        key, eq, value = item.partition("=")
+        if not eq or key not in known:
+            raise ConfigError(f"--decoding {spec!r}: {item!r} is not KEY=VALUE with KEY one "
+                              f"of {sorted(known)}")
+        sampling[key] = yaml.safe_load(value)
+    if not sampling:
+        raise ConfigError(f"--decoding {spec!r} changes nothing")
+    merged = OmegaConf.merge(OmegaConf.structured(SamplingConfig), sampling)
+    if (not merged.greedy and not merged.temperature > 0) or not 0 < merged.top_p <= 1:
+        raise ConfigError(f"--decoding {spec!r}: temperature must be > 0 and top_p in (0, 1]")
+    return name, sampling
 
 
 def _seed_run(run_cfg: DictConfig, out: Path, progress: bool) -> tuple[dict, float]:
@@ -111,9 +151,12 @@ def _run_entry(seed: int, summary: dict, wall: float, first_split: str) -> dict:
 
 
 def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, command: str,
-                     runs_root: Path, progress: bool = True, greedy_eval: bool = True) -> dict:
+                     runs_root: Path, progress: bool = True, greedy_eval: bool = True,
+                     decodings: dict[str, dict] | None = None) -> dict:
     """One full training run per seed; ``quickstart.json`` in the issue's schema, plus
-    (``greedy_eval``) each run's warm start and final policy re-evaluated greedily."""
+    (``greedy_eval``) each run's warm start and final policy re-evaluated greedily, and
+    with each of ``decodings`` (name -> ``eval.sampling`` overrides) under
+    ``runs[i]["decodings"][name]``."""
     runs = []
     out_json.parent.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
@@ -124,6 +167,11 @@ def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, comm
         runs.append(_run_entry(seed, summary, wall, cfg.env.eval_splits[0]))
         if greedy is not None:
             runs[-1]["greedy"] = greedy
+        if decodings:
+            runs[-1]["decodings"] = {
+                name: dict(reeval(run_cfg, out, sampling, f"reeval_{name}.json", progress),
+                           sampling=dict(sampling))
+                for name, sampling in decodings.items()}
         curve = out / "learning_curve.png"
         if curve.exists():
             shutil.copy(curve, out_json.parent / f"quickstart_seed{seed}.png")
@@ -217,19 +265,32 @@ def render_quickstart(rec: dict) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + " | |")
     lines += ["", f"Episodes per evaluation: {runs[0].get('episodes_per_eval', '?')} per split "
               "(fixed tasks, fixed sampler seed; the same tasks before and after RL).", ""]
-    if all("greedy" in r for r in runs):
-        lines += ["The same checkpoints and tasks with greedy decoding "
-                  "(`eval.sampling.greedy=true`):", "",
+    tables = [(("greedy",), "greedy decoding (`eval.sampling.greedy=true`)", "greedy")]
+    tables += [(("decodings", n), "`eval.sampling` " + " ".join(
+        f"`{k}={v}`" for k, v in runs[0]["decodings"][n]["sampling"].items()), n)
+        for n in runs[0].get("decodings", {})]
+    for key, what, _ in tables:
+        got = [_dig(r, key) for r in runs]
+        if any(g is None for g in got):
+            continue
+        lines += [f"The same checkpoints and tasks with {what}:", "",
                   "| seed | " + " | ".join(f"{s} warm start | {s} after RL" for s in splits)
                   + " |", "|---|" + "---|---|" * len(splits)]
-        for r in runs:
-            g = r["greedy"]
+        for r, g in zip(runs, got):
             lines.append(f"| {r['seed']} | " + " | ".join(
                 f"{g['warmstart'][s]:.3f} | **{g['final'][s]:.3f}**" for s in splits) + " |")
-        cells = [f"{np.mean([r['greedy']['warmstart'][s] for r in runs]):.3f} | "
-                 f"{np.mean([r['greedy']['final'][s] for r in runs]):.3f}" for s in splits]
+        cells = [f"{np.mean([g['warmstart'][s] for g in got]):.3f} | "
+                 f"{np.mean([g['final'][s] for g in got]):.3f}" for s in splits]
         lines += ["| mean | " + " | ".join(cells) + " |", ""]
     return lines
+
+
+def _dig(rec: dict, path: tuple[str, ...]):
+    for part in path:
+        if not isinstance(rec, dict) or part not in rec:
+            return None
+        rec = rec[part]
+    return rec
 
 
 def render_compare(rec: dict, title: str) -> list[str]:
@@ -294,17 +355,23 @@ def quickstart_summary(rec: dict) -> str:
     for split in runs[0]["final"]:
         rows.append(f"| {split} | {ms([r['warmstart'][split] for r in runs])} | "
                     f"**{ms([r['final'][split] for r in runs])}** |")
-    if all("greedy" in r for r in runs):
+    extra = [(("greedy",), "greedy")] + [(("decodings", n), n)
+                                         for n in runs[0].get("decodings", {})]
+    for key, label in extra:
+        got = [_dig(r, key) for r in runs]
+        if any(g is None for g in got):
+            continue
         for split in runs[0]["final"]:
-            rows.append(f"| {split}, greedy | "
-                        f"{ms([r['greedy']['warmstart'][split] for r in runs])} | "
-                        f"**{ms([r['greedy']['final'][split] for r in runs])}** |")
+            rows.append(f"| {split}, {label} | "
+                        f"{ms([g['warmstart'][split] for g in got])} | "
+                        f"**{ms([g['final'][split] for g in got])}** |")
     wall = max(r["wall_s"] for r in runs) / 60
     return "\n".join([f"Measured on {rec['machine'].get('cpu', 'a CPU')} "
                       f"({rec['machine'].get('cores')} cores), seeds {seeds}, mean +- std over "
                       f"seeds, {runs[0].get('episodes_per_eval', '?')} fixed evaluation tasks "
-                      f"per split, decoding sampled as configured (rows marked greedy: the "
-                      f"same checkpoints and tasks, greedy); every run took at most "
+                      f"per split, decoding sampled as configured (rows marked greedy or with a "
+                      f"decoding's name: the same checkpoints and tasks, decoded so; see "
+                      f"docs/results.md); every run took at most "
                       f"{wall:.1f} min:", ""] + rows + [
         "", "Written by `" + rec["command"] + "`; per-seed numbers, curves and the credit "
         "comparisons are in [docs/results.md](docs/results.md)."])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import to_dict, to_yaml
+from ..config import TrainConfig, to_dict, to_yaml
 from .checkpoint import CheckpointError, CheckpointManager, verify_manifest, write_atomic_text
 from .metrics import truncate_after
 
@@ -58,10 +58,13 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
 def config_changes(saved: dict, new: dict) -> tuple[list[str], list[str]]:
     """(allowed, refused) ``key: old -> new`` lines between two configs."""
     a, b = _flatten(saved), _flatten(new)
+    defaults = _flatten(to_dict(OmegaConf.structured(TrainConfig)))
     allowed, refused = [], []
     for key in sorted(set(a) | set(b)):
         if a.get(key) == b.get(key):
             continue
+        if key not in a and key in defaults and b.get(key) == defaults[key]:
+            continue  # an option newer than the saved run, left at its default
         line = f"{key}: {a.get(key)!r} -> {b.get(key)!r}"
         if any(fnmatch.fnmatchcase(key, pat) for pat in RESUME_MAY_CHANGE):
             allowed.append(line)

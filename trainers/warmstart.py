@@ -12,9 +12,9 @@ from tqdm.auto import tqdm
 from ..agents.factory import build_model
 from ..agents.parsing import INVALID_FORMAT_MESSAGE
 from ..agents.prompting import ChatPrompter
-from ..envs.base import HasEntityPhrases, HasLMCorpus, HasVocabulary
+from ..envs.base import HasEntityPhrases, HasLMCorpus, HasRenaming, HasVocabulary
 from .checkpoint import save_model_dir
-from .demos import collect_demos, demo_rows, demo_texts, lm_rows
+from .demos import collect_demos, demo_rows, demo_texts, lm_rows, renamed_demos
 from .metrics import MetricsLogger
 from .runtime import env_factory
 from .sft import sft_train
@@ -68,14 +68,26 @@ def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool
     vocab_env = make_train()
     extra, phrases, lm_texts = _env_words(vocab_env)
     vocab_env.close()
-    if ws.enabled and ws.lm_epochs > 0 and not lm_texts:
-        raise ValueError(f"warmstart.lm_epochs > 0 but {type(vocab_env.unwrapped).__name__} "
-                         "offers no lm_corpus() (HasLMCorpus)")
-    if not (ws.enabled and ws.lm_epochs > 0):
+    if ws.enabled and ws.rename > 0:
+        if not isinstance(vocab_env.unwrapped, HasRenaming):
+            raise ValueError(f"warmstart.rename > 0 but {type(vocab_env.unwrapped).__name__} "
+                             "offers no renamer() (HasRenaming)")
+        plain = demos
+        demos = renamed_demos(demos, vocab_env.unwrapped.renamer, ws.rename, cfg.seed)
+        n_renamed = sum(a is not b for a, b in zip(plain, demos))
+    else:
+        n_renamed = 0
+    wants_lm = ws.enabled and (ws.lm_epochs > 0 or ws.lm_mix)
+    if wants_lm and not lm_texts:
+        raise ValueError(f"warmstart.lm_epochs > 0 or warmstart.lm_mix but "
+                         f"{type(vocab_env.unwrapped).__name__} offers no lm_corpus() "
+                         "(HasLMCorpus)")
+    if not wants_lm:
         lm_texts = []
     corpus = demo_texts(demos) + [cfg.agent.system_prompt, INVALID_FORMAT_MESSAGE]
     model, tok = build_model(cfg.model, corpus, extra, seed=cfg.seed, phrases=phrases)
-    if lm_texts:
+    mixed = lm_rows(lm_texts, tok, ws.lm_row_tokens) if lm_texts and ws.lm_mix else []
+    if lm_texts and not ws.lm_mix:
         rows = lm_rows(lm_texts, tok, ws.lm_row_tokens)
         secs = _supervised(model, rows, ws, ws.lm_epochs, tok.pad_token_id, cfg.seed, log,
                            "lm", "corpus LM", progress, cfg.model.autocast)
@@ -88,8 +100,10 @@ def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool
         if not rows:
             raise RuntimeError("no demonstration fits agent.max_context_tokens="
                                f"{cfg.agent.max_context_tokens}; raise it")
+        rows = rows + mixed
         secs = _supervised(model, rows, ws, ws.epochs, tok.pad_token_id, cfg.seed, log, "sft",
                            "warm-start SFT", progress, cfg.model.autocast)
-        log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "seconds": secs})
+        log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "lm_rows": len(mixed),
+                                "renamed": n_renamed, "seconds": secs})
     save_model_dir(out / "warmstart", model, tok, {"phase": "warmstart"})
     return model, tok

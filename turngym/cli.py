@@ -117,6 +117,10 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--no-greedy", action="store_true",
                     help="quickstart: skip re-evaluating each run's warm start and final "
                          "policy with greedy decoding")
+    rs.add_argument("--decoding", action="append", metavar="'NAME: KEY=VALUE ...'",
+                    help="quickstart: also re-evaluate each run's warm start and final policy "
+                         "with these eval.sampling settings (repeat), e.g. --decoding "
+                         "'t0.4: temperature=0.4'")
     rs.add_argument("--no-progress", action="store_true")
     rs.add_argument("overrides", nargs="*")
     c.add_argument("--no-progress", action="store_true")
@@ -332,6 +336,11 @@ def _results(args) -> int:
         return 0
     cfg = _load(args)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    from .trainers.results import parse_decoding
+    decodings = dict(parse_decoding(d) for d in args.decoding or [])
+    if decodings and args.variant:
+        from .config import ConfigError
+        raise ConfigError("--decoding applies to `turngym results quickstart` without --variant")
     if args.variant:
         from .trainers.results import quickstart_variants
         rec = quickstart_variants(cfg, _variants(args, cfg), seeds,
@@ -350,12 +359,15 @@ def _results(args) -> int:
         return 0
     rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
                            args.command_line, Path(args.runs),
-                           progress=not args.no_progress, greedy_eval=not args.no_greedy)
+                           progress=not args.no_progress, greedy_eval=not args.no_greedy,
+                           decodings=decodings)
     for r in rec["runs"]:
         print(f"seed {r['seed']}: warm start {r['warmstart']} -> final {r['final']} "
               f"({r['wall_s'] / 60:.1f} min)"
               + (f"; greedy {r['greedy']['warmstart']} -> {r['greedy']['final']}"
-                 if "greedy" in r else ""))
+                 if "greedy" in r else "")
+              + "".join(f"; {n} {d['warmstart']} -> {d['final']}"
+                        for n, d in r.get("decodings", {}).items()))
     return 0
 
 

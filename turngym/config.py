@@ -151,6 +151,14 @@ class WarmstartConfig:
     # demos happen to show, which tiny word-level models need to copy unseen names
     lm_epochs: int = 0
     lm_row_tokens: int = 256
+    # true: the corpus rows join the demo rows in every SFT epoch instead (the names stay
+    # trained while the demos' softmax pushes unused ones down; lm_epochs is then unused)
+    lm_mix: bool = False
+    # probability that a demonstration is replaced by a consistently renamed copy
+    # (HasRenaming, e.g. the text world: receptacle types and name numbers permuted),
+    # so every name the env can print is an action target: a tiny model then copies
+    # the names the observation prints instead of memorising the seen layouts' names
+    rename: float = 0.0
 
 
 @dataclass
@@ -373,7 +381,7 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
                             "checkpoint.keep", "logging.samples_max_mb"])
     _positive(errors, cfg, ["seed", "rl.steps", "warmstart.epochs", "warmstart.lm_epochs",
                             "warmstart.epsilon", "warmstart.corrupt", "warmstart.weight_decay",
-                            "warmstart.warmup_steps", "rl.weight_decay", "rl.clip_low",
+                            "warmstart.warmup_steps", "warmstart.rename", "rl.weight_decay", "rl.clip_low",
                             "rl.clip_high", "rl.kl_coef", "rl.entropy_coef", "eval.every",
                             "eval.seed_offset", "checkpoint.every", "logging.samples_per_step",
                             "agent.max_invalid_streak"], zero_ok=True)
@@ -386,6 +394,8 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
             errors.append(f"{key}.top_p must be in (0, 1], got {s.top_p}")
     if cfg.warmstart.epsilon + cfg.warmstart.corrupt > 1:
         errors.append("warmstart.epsilon + warmstart.corrupt must be <= 1")
+    if cfg.warmstart.rename > 1:
+        errors.append(f"warmstart.rename must be in [0, 1], got {cfg.warmstart.rename}")
     if cfg.rl.clip_low >= 1:
         errors.append(f"rl.clip_low must be < 1, got {cfg.rl.clip_low}")
     if cfg.rl.task_pool is not None and cfg.rl.task_pool <= 0:

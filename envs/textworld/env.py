@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
 from ..base import TextEnv, sanitize
 from .catalog import lexicon
 from .engine import World
-from .oracle import next_action, noisy_action
 from .generator import SPLITS, Task, WorldConfig, sample_task
+from .names import name_corpus, renamer
+from .oracle import next_action, noisy_action
 
 
 def make_world_config(world: WorldConfig | dict | None) -> WorldConfig:
@@ -115,6 +118,19 @@ class TextWorldEnv(TextEnv):
         return lexicon() + ["go", "to", "open", "close", "take", "from", "move", "heat", "cool",
                             "clean", "with", "use", "examine", "inventory", "look", "put", "in",
                             "on", "hot", "some", "two", "them", "it", "and", "under", "the"]
+
+    @staticmethod
+    def lm_corpus() -> list[str]:
+        """Every name of the catalog in the engine's phrasing, other slots at random
+        (``warmstart.lm_epochs``; see ``names.py``): the words a pretrained LM would know,
+        with no layout or task in them."""
+        return name_corpus()
+
+    @staticmethod
+    def renamer(rng: random.Random, texts: Sequence[str]) -> Callable[[str], str]:
+        """One consistent, order-keeping renaming of the receptacle types and name
+        numbers in ``texts`` (``warmstart.rename``; see ``names.py``)."""
+        return renamer(rng, texts)
 
     def snapshot(self):
         if self.world is None:
