@@ -85,11 +85,14 @@ def test_lm_corpus_is_learned_as_a_pass_or_mixed_into_sft(tmp_path, mode):
     assert nll_named < 0.8 * nll_base, (nll_base, nll_named)
 
 
-def test_lm_mix_needs_an_env_with_a_corpus(tmp_path):
-    cfg = load_config("tool_math_grpo", [f"output_dir={tmp_path}", "warmstart.lm_mix=true",
+@pytest.mark.parametrize("option,missing", [("warmstart.lm_mix=true", "lm_corpus"),
+                                              ("warmstart.rename=0.5", "renamer")])
+def test_an_option_needs_an_env_that_offers_it(tmp_path, option, missing):
+    """The tool-math env has neither a name corpus nor a renamer: refused by name."""
+    cfg = load_config("tool_math_grpo", [f"output_dir={tmp_path}", option,
                                        "warmstart.num_demos=2", "model.hidden_size=32",
                                        "model.num_layers=1", "model.num_heads=2"])
-    with pytest.raises(ValueError, match="lm_corpus"):
+    with pytest.raises(ValueError, match=missing):
         run_warmstart(cfg, tmp_path, MetricsLogger(tmp_path / "metrics.jsonl"), progress=False)
 
 
@@ -163,11 +166,6 @@ def test_renaming_makes_names_the_demos_never_said_action_targets(tmp_path):
     assert 0 < done["renamed"] < done["demos"]
 
 
-def test_rename_needs_an_env_that_can_rename(tmp_path):
-    cfg = load_config("tool_math_grpo", [f"output_dir={tmp_path}", "warmstart.rename=0.5",
-                                       "warmstart.num_demos=2", "model.hidden_size=32",
-                                       "model.num_layers=1", "model.num_heads=2"])
-    with pytest.raises(ValueError, match="renamer"):
-        run_warmstart(cfg, tmp_path, MetricsLogger(tmp_path / "metrics.jsonl"), progress=False)
+def test_rename_is_a_probability():
     with pytest.raises(ValueError, match="warmstart.rename"):
         load_config("quickstart", ["warmstart.rename=1.5"])

@@ -105,7 +105,7 @@ def renamed_demos(demos: list[Demo], make_renamer, prob: float, seed: int) -> li
         if rng.random() >= prob:
             out.append(d)
             continue
-        f = make_renamer(rng, [d.first_observation, *(t for a, o, _ in d.steps for t in (a, o))])
+        f = make_renamer(rng, demo_texts([d]))
         out.append(Demo(f(d.first_observation), tuple((f(a), f(o), e) for a, o, e in d.steps),
                         d.task_id, f(d.first_plain), tuple(f(p) for p in d.plain)))
     return out

@@ -102,7 +102,7 @@ DECODING_NAME = re.compile(r"[a-z0-9][a-z0-9_.=-]*")
 def parse_decoding(spec: str) -> tuple[str, dict]:
     """``'NAME: temperature=0.4 top_p=1.0'`` -> (NAME, sampling overrides); the keys are
     :class:`~turngym.config.SamplingConfig` fields, checked like any config."""
-    from ..config import ConfigError, SamplingConfig
+    from ..config import ConfigError, SamplingConfig, sampling_errors
 
     name, sep, rest = spec.partition(":")
     name = name.strip()
@@ -119,9 +119,10 @@ def parse_decoding(spec: str) -> tuple[str, dict]:
         sampling[key] = yaml.safe_load(value)
     if not sampling:
         raise ConfigError(f"--decoding {spec!r} changes nothing")
-    merged = OmegaConf.merge(OmegaConf.structured(SamplingConfig), sampling)
-    if (not merged.greedy and not merged.temperature > 0) or not 0 < merged.top_p <= 1:
-        raise ConfigError(f"--decoding {spec!r}: temperature must be > 0 and top_p in (0, 1]")
+    errors = sampling_errors(OmegaConf.merge(OmegaConf.structured(SamplingConfig), sampling),
+                             "eval.sampling")
+    if errors:
+        raise ConfigError(f"--decoding {spec!r}: " + "; ".join(errors))
     return name, sampling
 
 
@@ -265,14 +266,7 @@ def render_quickstart(rec: dict) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + " | |")
     lines += ["", f"Episodes per evaluation: {runs[0].get('episodes_per_eval', '?')} per split "
               "(fixed tasks, fixed sampler seed; the same tasks before and after RL).", ""]
-    tables = [(("greedy",), "greedy decoding (`eval.sampling.greedy=true`)", "greedy")]
-    tables += [(("decodings", n), "`eval.sampling` " + " ".join(
-        f"`{k}={v}`" for k, v in runs[0]["decodings"][n]["sampling"].items()), n)
-        for n in runs[0].get("decodings", {})]
-    for key, what, _ in tables:
-        got = [_dig(r, key) for r in runs]
-        if any(g is None for g in got):
-            continue
+    for _, what, got in _extra_decodings(runs):
         lines += [f"The same checkpoints and tasks with {what}:", "",
                   "| seed | " + " | ".join(f"{s} warm start | {s} after RL" for s in splits)
                   + " |", "|---|" + "---|---|" * len(splits)]
@@ -285,12 +279,19 @@ def render_quickstart(rec: dict) -> list[str]:
     return lines
 
 
-def _dig(rec: dict, path: tuple[str, ...]):
-    for part in path:
-        if not isinstance(rec, dict) or part not in rec:
-            return None
-        rec = rec[part]
-    return rec
+def _extra_decodings(runs: list[dict]) -> list[tuple[str, str, list[dict]]]:
+    """(label, description, per-run ``{"warmstart": ..., "final": ...}``) of every
+    re-evaluation all runs carry: greedy, then each ``--decoding`` by name."""
+    out = []
+    if all("greedy" in r for r in runs):
+        out.append(("greedy", "greedy decoding (`eval.sampling.greedy=true`)",
+                    [r["greedy"] for r in runs]))
+    for name, first in runs[0].get("decodings", {}).items():
+        if all(name in r.get("decodings", {}) for r in runs):
+            what = "`eval.sampling` " + " ".join(f"`{k}={v}`"
+                                                 for k, v in first["sampling"].items())
+            out.append((name, what, [r["decodings"][name] for r in runs]))
+    return out
 
 
 def render_compare(rec: dict, title: str) -> list[str]:
@@ -355,12 +356,7 @@ def quickstart_summary(rec: dict) -> str:
     for split in runs[0]["final"]:
         rows.append(f"| {split} | {ms([r['warmstart'][split] for r in runs])} | "
                     f"**{ms([r['final'][split] for r in runs])}** |")
-    extra = [(("greedy",), "greedy")] + [(("decodings", n), n)
-                                         for n in runs[0].get("decodings", {})]
-    for key, label in extra:
-        got = [_dig(r, key) for r in runs]
-        if any(g is None for g in got):
-            continue
+    for label, _, got in _extra_decodings(runs):
         for split in runs[0]["final"]:
             rows.append(f"| {split}, {label} | "
                         f"{ms([g['warmstart'][split] for g in got])} | "

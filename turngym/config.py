@@ -370,6 +370,17 @@ def _positive(errors: list[str], cfg: DictConfig, keys: Sequence[str], zero_ok: 
             errors.append(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {v}")
 
 
+def sampling_errors(s, key: str) -> list[str]:
+    """What is wrong with a :class:`SamplingConfig` found at ``key`` (empty when fine)."""
+    errors = []
+    if not s.greedy and not (math.isfinite(s.temperature) and s.temperature > 0):
+        errors.append(f"{key}.temperature must be > 0 when sampling "
+                      f"(or set {key}.greedy=true), got {s.temperature}")
+    if not (0 < s.top_p <= 1):
+        errors.append(f"{key}.top_p must be in (0, 1], got {s.top_p}")
+    return errors
+
+
 def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
     _positive(errors, cfg, ["threads", "model.hidden_size", "model.num_layers", "model.num_heads",
                             "model.max_positions", "agent.max_turns", "agent.max_new_tokens",
@@ -381,17 +392,12 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
                             "checkpoint.keep", "logging.samples_max_mb"])
     _positive(errors, cfg, ["seed", "rl.steps", "warmstart.epochs", "warmstart.lm_epochs",
                             "warmstart.epsilon", "warmstart.corrupt", "warmstart.weight_decay",
-                            "warmstart.warmup_steps", "warmstart.rename", "rl.weight_decay", "rl.clip_low",
-                            "rl.clip_high", "rl.kl_coef", "rl.entropy_coef", "eval.every",
+                            "warmstart.warmup_steps", "warmstart.rename", "rl.weight_decay",
+                            "rl.clip_low", "rl.clip_high", "rl.kl_coef", "rl.entropy_coef", "eval.every",
                             "eval.seed_offset", "checkpoint.every", "logging.samples_per_step",
                             "agent.max_invalid_streak"], zero_ok=True)
     for key in ("agent.sampling", "eval.sampling"):
-        s = OmegaConf.select(cfg, key)
-        if not s.greedy and not (math.isfinite(s.temperature) and s.temperature > 0):
-            errors.append(f"{key}.temperature must be > 0 when sampling "
-                          f"(or set {key}.greedy=true), got {s.temperature}")
-        if not (0 < s.top_p <= 1):
-            errors.append(f"{key}.top_p must be in (0, 1], got {s.top_p}")
+        errors += sampling_errors(OmegaConf.select(cfg, key), key)
     if cfg.warmstart.epsilon + cfg.warmstart.corrupt > 1:
         errors.append("warmstart.epsilon + warmstart.corrupt must be <= 1")
     if cfg.warmstart.rename > 1:

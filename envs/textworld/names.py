@@ -129,10 +129,9 @@ def renamer(rng: random.Random, texts: Sequence[str]) -> Callable[[str], str]:
 def _ordered_types(rng: random.Random, present: list[str], tries: int = 100) -> dict[str, str]:
     """Present receptacle types -> distinct types of the same swap class, in the same
     alphabetical order as ``present`` (appliances stay); identity if no draw keeps it."""
-    classes = _swap_classes()
     for _ in range(tries):
         out = {w: w for w in present}
-        for cls in classes:
+        for cls in _SWAP_CLASSES:
             mine = [w for w in present if w in cls]
             out.update(zip(mine, sorted(rng.sample(cls, len(mine)))))
         if sorted(present, key=out.__getitem__) == present:
@@ -142,3 +141,4 @@ def _ordered_types(rng: random.Random, present: list[str], tries: int = 100) -> 
 
 _NAME = re.compile(r"\b(" + "|".join(sorted(set(lexicon()) | set(RECEPTACLES), key=len,
                                              reverse=True)) + r")\b(?: (\d+)\b)?")
+_SWAP_CLASSES = _swap_classes()
