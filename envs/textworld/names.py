@@ -6,8 +6,8 @@ the seen layouts, it is never asked to *say* a name that only the unseen layouts
 and the policy cannot emit it even when the observation prints it (teacher-forced
 log-likelihood about -17 after the quickstart's warm start).  In the quickstart this
 limits little: such names lie on the expert's route in 59 of the 200 ``valid_unseen``
-evaluation tasks, never as the destination, and those tasks are solved as often as the
-rest (docs/results/notes.md).  Two remedies live here for envs and models where it does:
+evaluation tasks, never as the destination, and in a one-seed pilot those tasks were
+solved as often as the rest (docs/results/notes.md).  Two remedies live here for envs and models where it does:
 
 * :func:`name_corpus` -- every catalog name in the engine's observation and action
   phrasing, other slots at random (``warmstart.lm_epochs`` / ``lm_mix``).  It trains the
