@@ -1,18 +1,33 @@
 """What the agent is shown of an env step: the observation text, plus (optionally)
-the admissible commands the env lists in ``info`` — verl-agent's ALFWorld prompt
-does the same.  Kept separate from the env so the env stays text-only and
-prompt choices stay agent-side.
+what the env lists in ``info``: the admissible commands (verl-agent's ALFWorld prompt
+does the same) and the inventory (what ALFWorld's ``inventory`` command prints).
+Kept separate from the env so the env stays text-only and prompt choices stay
+agent-side.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
+
+INVENTORY_KEY = "inventory"
 
 
-def render_observation(obs: str, info: Mapping[str, Any] | None, show_admissible: bool) -> str:
-    if not show_admissible or not info:
+def render_observation(obs: str, info: Mapping[str, Any] | None, show_admissible: bool = False,
+                       show_inventory: bool = False) -> str:
+    if not info:
         return obs
-    cmds = info.get("admissible_commands")
-    if not cmds:
-        return obs
-    return f"{obs}\nAdmissible: " + " | ".join(cmds)
+    if show_inventory and info.get(INVENTORY_KEY):
+        obs = f"{obs}\n{info[INVENTORY_KEY]}"
+    if show_admissible and info.get("admissible_commands"):
+        obs = f"{obs}\nAdmissible: " + " | ".join(info["admissible_commands"])
+    return obs
+
+
+def require_inventory(info: Mapping[str, Any], env: object) -> None:
+    """``agent.show_inventory`` needs an env that says what the agent holds: refuse
+    at the first reset rather than silently showing nothing."""
+    if INVENTORY_KEY not in info:
+        raise ValueError(f"agent.show_inventory needs an env whose info carries "
+                         f"{INVENTORY_KEY!r} (the text world does); "
+                         f"{type(getattr(env, 'unwrapped', env)).__name__} does not")

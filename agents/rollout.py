@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from ..envs.base import BatchedSteps
 from ..types import ContextMode, StopReason, Trajectory, TrajectoryGroup, Turn
-from .observation import render_observation
+from .observation import render_observation, require_inventory
 from .parsing import INVALID_FORMAT_MESSAGE, ParsedAction, get_parser
 from .policy import Policy, Sample, SamplingParams, SupportsSessions
 from .prompting import ChatPrompter
@@ -38,6 +38,7 @@ class RolloutConfig:
     require_think: bool = False
     keep_admissible: bool = False
     show_admissible: bool = False  # append info["admissible_commands"] to what the agent sees
+    show_inventory: bool = False  # append info["inventory"] (what the agent holds)
     action_parser: str = "action_tag"  # see agents.parsing.PARSERS
     context_mode: ContextMode = ContextMode.FULL
     window_turns: int = 4  # WINDOW mode: exchanges kept besides the task
@@ -83,8 +84,10 @@ def start_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter
                   cfg: RolloutConfig, options: dict | None = None) -> Episode:
     """Resets ``env`` to task ``seed`` and opens the episode's transcript."""
     obs, info = env.reset(seed=int(seed), options=options)
+    if cfg.show_inventory:
+        require_inventory(info, env)
     tr = Transcript(prompter, cfg.context_mode, cfg.window_turns, obs,
-                    render_observation(obs, info, cfg.show_admissible))
+                    render_observation(obs, info, cfg.show_admissible, cfg.show_inventory))
     tid = str(info.get("task_id", f"seed-{seed}"))
     info0 = clean_info(info, cfg.keep_admissible)
     info0["first_observation"] = obs  # for judges; the agent saw it as tokens
@@ -209,7 +212,7 @@ def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, tu
         obs, reward, terminated, truncated = f"Error: {type(exc).__name__}: {exc}", 0.0, True, False
         info = {"env_error": repr(exc)}
         e.stop = StopReason.ERROR
-    shown = render_observation(obs, info, cfg.show_admissible)
+    shown = render_observation(obs, info, cfg.show_admissible, cfg.show_inventory)
     plain = obs
     if not parsed.ok:
         shown, plain = f"{INVALID_FORMAT_MESSAGE} {shown}", f"{INVALID_FORMAT_MESSAGE} {obs}"

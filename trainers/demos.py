@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-from ..agents.observation import render_observation
+from ..agents.observation import render_observation, require_inventory
 from ..agents.prompting import ChatPrompter
 from ..agents.transcript import Transcript
 from ..envs.base import HasOracle
@@ -57,7 +57,7 @@ def corrupt_action(action: str, words: list[str], rng: random.Random) -> str:
 
 def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, seed: int,
                   max_turns: int, progress=None, show_admissible: bool = False,
-                  corrupt: float = 0.0) -> list[Demo]:
+                  corrupt: float = 0.0, show_inventory: bool = False) -> list[Demo]:
     """Observations are stored as the agent would see them (see ``render_observation``)
     and plain."""
     env = make_env()
@@ -72,7 +72,9 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
         task_seed = rng.randrange(2**31 - 1)
         attempts += 1
         obs0, info = env.reset(seed=task_seed)
-        shown0 = render_observation(obs0, info, show_admissible)
+        if show_inventory:
+            require_inventory(info, env)
+        shown0 = render_observation(obs0, info, show_admissible, show_inventory)
         steps, plain = [], []
         won = False
         for _ in range(max_turns):
@@ -81,7 +83,8 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
             obs, reward, term, trunc, info = env.step(a)
             words.extend(w for w in obs.lower().replace(",", " ").replace(".", " ").split()
                          if len(words) < 5000)
-            steps.append((a, render_observation(obs, info, show_admissible), a == expert))
+            steps.append((a, render_observation(obs, info, show_admissible, show_inventory),
+                          a == expert))
             plain.append(obs)
             if term or trunc:
                 won = bool(term and reward > 0)

@@ -39,7 +39,8 @@ def rollout_config(cfg: DictConfig, *, evaluation: bool = False) -> RolloutConfi
                          temperature=s.temperature, top_p=s.top_p, greedy=s.greedy,
                          max_context_tokens=a.max_context_tokens,
                          max_invalid_streak=a.max_invalid_streak, require_think=a.require_think,
-                         show_admissible=a.show_admissible, action_parser=a.action_parser,
+                         show_admissible=a.show_admissible,
+                         show_inventory=a.show_inventory, action_parser=a.action_parser,
                          context_mode=a.context_mode, window_turns=a.window_turns)
 
 

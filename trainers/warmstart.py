@@ -60,7 +60,7 @@ def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool
         bar = tqdm(total=n, desc="collecting demos", leave=False, disable=not progress)
         demos = collect_demos(make_train, n, ws.epsilon, cfg.seed, cfg.agent.max_turns,
                               progress=bar.update, show_admissible=cfg.agent.show_admissible,
-                              corrupt=ws.corrupt)
+                              corrupt=ws.corrupt, show_inventory=cfg.agent.show_inventory)
         bar.close()
         if not demos:
             raise RuntimeError(f"the expert solved no task within agent.max_turns="

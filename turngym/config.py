@@ -127,6 +127,7 @@ class AgentConfig:
     max_invalid_streak: int = 0
     require_think: bool = False
     show_admissible: bool = False
+    show_inventory: bool = False  # append the env's info["inventory"] (what the agent holds)
     action_parser: str = "action_tag"  # a name in agents.parsing.PARSERS
     max_batch_size: int = 64
     backend: Backend = Backend.hf

@@ -285,6 +285,10 @@ class World:
         return f"There's nothing special about {o}."
 
     def _do_inventory(self) -> str:
+        return self.inventory()
+
+    def inventory(self) -> str:
+        """What the ``inventory`` command prints (the env's ``info["inventory"]``)."""
         h = self.state.holding
         return f"You are carrying: a {h}." if h else "You are not carrying anything."
 

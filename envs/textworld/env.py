@@ -39,7 +39,9 @@ class TextWorldEnv(TextEnv):
     ``max_turns`` actions (truncation; ALFWorld's limit is 50).
 
     ``info`` carries privileged keys for credit modules only: ``admissible_commands``,
-    ``progress`` (subgoal facts), ``state_key``, ``task_type``, ``won``.
+    ``progress`` (subgoal facts), ``state_key``, ``task_type``, ``won``; and
+    ``inventory`` (what the ``inventory`` command would print, free of a turn), which
+    ``agent.show_inventory`` shows the agent.
 
     Once an episode has terminated or been truncated, ``step`` raises until ``reset``
     (as the other turngym envs do; stepping on would keep paying the win's reward).
@@ -98,6 +100,7 @@ class TextWorldEnv(TextEnv):
             "valid_action": valid,
             "won": w.state.won,
             "admissible_commands": w.admissible(),
+            "inventory": w.inventory(),
             "progress": w.progress(),
             "state_key": w.state_key(),
             "steps": w.state.steps,
