@@ -98,6 +98,52 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
     return demos
 
 
+def rollin_demos(make_env: Callable[[], gym.Env], rollins: list[tuple[int, list[str], bool]],
+                 max_turns: int, seed: int, show_admissible: bool = False,
+                 show_inventory: bool = False) -> list[Demo]:
+    """DAgger-style demonstrations in the states the learner itself reaches (learner
+    roll-in, expert roll-out): for each ``(task seed, learner actions, learner won)`` the
+    env replays a random prefix of the learner's actions -- at least one, and short of
+    the learner's own win -- which become masked steps like injected noise, then the
+    expert takes over.  Kept only if the expert wins within ``max_turns`` in all.  The
+    noise of :func:`collect_demos` is synthetic; these are the learner's own mistakes
+    (the wrong instance of a held object, loops after "Nothing happens."), each followed
+    by the expert's recovery from exactly that state."""
+    env = make_env()
+    if not isinstance(env.unwrapped, HasOracle):
+        raise TypeError(f"{type(env.unwrapped).__name__} has no oracle_action() (HasOracle); "
+                        "warmstart.rollin needs an expert")
+    rng = random.Random(f"rollin-{seed}")
+    demos: list[Demo] = []
+    for task_seed, actions, won in rollins:
+        last = len(actions) - 1 if won else len(actions)
+        if "" in actions[:last]:  # an unparseable response has no action text to replay
+            last = actions.index("")
+        if last < 1:
+            continue
+        prefix = actions[: rng.randint(1, last)]
+        obs0, info = env.reset(seed=int(task_seed))
+        if show_inventory:
+            require_inventory(info, env)
+        shown0 = render_observation(obs0, info, show_admissible, show_inventory)
+        steps, plain = [], []
+        term = trunc = False
+        reward = 0.0
+        for k in range(max_turns):
+            a = prefix[k] if k < len(prefix) else env.unwrapped.oracle_action()
+            obs, reward, term, trunc, info = env.step(a)
+            steps.append((a, render_observation(obs, info, show_admissible, show_inventory),
+                          k >= len(prefix)))
+            plain.append(obs)
+            if term or trunc:
+                break
+        if term and reward > 0 and len(steps) > len(prefix):
+            demos.append(Demo(shown0, tuple(steps), str(info.get("task_id", task_seed)),
+                              obs0, tuple(plain)))
+    env.close()
+    return demos
+
+
 def renamed_demos(demos: list[Demo], make_renamer, prob: float, seed: int) -> list[Demo]:
     """Each demo replaced, with probability ``prob``, by a copy whose every text went
     through one fresh renaming (``make_renamer(rng, texts)``, see ``HasRenaming``).  Its

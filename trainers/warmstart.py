@@ -3,6 +3,7 @@ on (noise-injected) oracle demonstrations.  Runs before RL, on rank 0 alone."""
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -10,13 +11,15 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ..agents.factory import build_model
+from ..agents.hf_backend import HFPolicy
 from ..agents.parsing import INVALID_FORMAT_MESSAGE
 from ..agents.prompting import ChatPrompter
+from ..agents.rollout import EnvPool, rollout
 from ..envs.base import HasEntityPhrases, HasLMCorpus, HasRenaming, HasVocabulary
 from .checkpoint import save_model_dir
-from .demos import collect_demos, demo_rows, demo_texts, lm_rows, renamed_demos
+from .demos import collect_demos, demo_rows, demo_texts, lm_rows, renamed_demos, rollin_demos
 from .metrics import MetricsLogger
-from .runtime import env_factory
+from .runtime import env_factory, rollout_config
 from .sft import sft_train
 
 
@@ -38,6 +41,53 @@ def _supervised(model, rows, ws, epochs: int, pad_id: int, seed: int, log: Metri
               precision=precision)
     bar.close()
     return time.time() - t0
+
+
+def _learner_rollouts(model, tok, prompter: ChatPrompter, cfg: DictConfig, make_env,
+                      num: int, progress: bool) -> list[tuple[int, list[str], bool]]:
+    """``num`` training episodes of the current model with the training sampler:
+    (task seed, action texts, won) each."""
+    rng = random.Random(f"rollin-tasks-{cfg.seed}")
+    seeds = [rng.randrange(2**31 - 1) for _ in range(num)]
+    policy = HFPolicy(model, tok, max_batch_size=cfg.agent.max_batch_size,
+                      generator_seed=cfg.seed + 104729, precision=cfg.model.autocast)
+    pool, rcfg, out = EnvPool(make_env), rollout_config(cfg), []
+    chunk = max(1, cfg.agent.max_batch_size)
+    bar = tqdm(total=num, desc="learner roll-in", leave=False, disable=not progress)
+    was_training = model.training
+    model.eval()
+    for s in range(0, num, chunk):
+        for g in rollout(policy, prompter, pool, seeds[s:s + chunk], 1, rcfg):
+            for t in g:
+                out.append((int(t.info["task_seed"]), [u.action_text for u in t.turns],
+                            bool(t.success)))
+        bar.update(len(seeds[s:s + chunk]))
+    bar.close()
+    model.train(was_training)
+    return out
+
+
+def _rollin_round(model, tok, prompter: ChatPrompter, demos: list, cfg: DictConfig, make_env,
+                  log: MetricsLogger, progress: bool) -> None:
+    """``warmstart.rollin``: learner roll-in, expert roll-out demos, one more SFT phase."""
+    ws = cfg.warmstart
+    t0 = time.time()
+    played = _learner_rollouts(model, tok, prompter, cfg, make_env, ws.rollin, progress)
+    fresh = rollin_demos(make_env, played, cfg.agent.max_turns, cfg.seed,
+                         cfg.agent.show_admissible, cfg.agent.show_inventory)
+    if not fresh:
+        raise RuntimeError("warmstart.rollin: the expert finished none of the learner's "
+                           "episodes within agent.max_turns")
+    old = random.Random(f"rollin-mix-{cfg.seed}").sample(demos, min(len(demos), len(fresh)))
+    rows = demo_rows(fresh + old, prompter, tok, cfg.agent.action_format,
+                     cfg.agent.max_context_tokens, ws.train_on_noise, cfg.agent.context_mode,
+                     cfg.agent.window_turns)
+    secs = _supervised(model, rows, ws, ws.rollin_epochs, tok.pad_token_id, cfg.seed, log,
+                       "rollin", "roll-in SFT", progress, cfg.model.autocast)
+    log.log(0, "rollin_done", {
+        "episodes": len(played), "learner_success": sum(w for _, _, w in played) / len(played),
+        "demos": len(fresh), "mixed_demos": len(old), "rows": len(rows), "sft_seconds": secs,
+        "seconds": time.time() - t0})
 
 
 def _env_words(env) -> tuple[list[str], list[str], list[str]]:
@@ -105,5 +155,7 @@ def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool
                            "warm-start SFT", progress, cfg.model.autocast)
         log.log(0, "sft_done", {"demos": len(demos), "rows": len(rows), "lm_rows": len(mixed),
                                 "renamed": n_renamed, "seconds": secs})
+        if ws.rollin > 0:
+            _rollin_round(model, tok, prompter, demos, cfg, make_train, log, progress)
     save_model_dir(out / "warmstart", model, tok, {"phase": "warmstart"})
     return model, tok

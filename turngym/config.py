@@ -160,6 +160,12 @@ class WarmstartConfig:
     # so every name the env can print is an action target: a tiny model then copies
     # the names the observation prints instead of memorising the seen layouts' names
     rename: float = 0.0
+    # DAgger-style round after SFT (HasOracle): the warm-started policy plays this many
+    # training episodes (the training sampler); each gives a demo that replays a random
+    # prefix of the learner's actions (masked) and lets the expert finish from there.
+    # Then ``rollin_epochs`` SFT epochs over those demos plus as many of the originals.
+    rollin: int = 0
+    rollin_epochs: int = 1
 
 
 @dataclass
@@ -387,13 +393,15 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
                             "model.max_positions", "agent.max_turns", "agent.max_new_tokens",
                             "agent.max_context_tokens", "agent.window_turns",
                             "agent.max_batch_size", "warmstart.num_demos", "warmstart.lr",
-                            "warmstart.batch_size", "warmstart.token_budget", "rl.tasks_per_step",
+                            "warmstart.batch_size", "warmstart.token_budget",
+                            "warmstart.rollin_epochs", "rl.tasks_per_step",
                             "rl.group_size", "rl.lr", "rl.ppo_epochs", "rl.minibatches",
                             "rl.grad_clip", "rl.token_budget", "eval.num_tasks",
                             "checkpoint.keep", "logging.samples_max_mb"])
     _positive(errors, cfg, ["seed", "rl.steps", "warmstart.epochs", "warmstart.lm_epochs",
                             "warmstart.epsilon", "warmstart.corrupt", "warmstart.weight_decay",
-                            "warmstart.warmup_steps", "warmstart.rename", "rl.weight_decay",
+                            "warmstart.warmup_steps", "warmstart.rename", "warmstart.rollin",
+                            "rl.weight_decay",
                             "rl.clip_low", "rl.clip_high", "rl.kl_coef", "rl.entropy_coef", "eval.every",
                             "eval.seed_offset", "checkpoint.every", "logging.samples_per_step",
                             "agent.max_invalid_streak"], zero_ok=True)
