@@ -402,6 +402,9 @@ RESULT_FILES = {
         "variants", "Quickstart, groups of 16 on 4 tasks per step (same 64 episodes)", False),
     "quickstart_variants_s12.json": (
         "variants", "Quickstart, twice the corrupted demo actions; 15 % renamed demos", False),
+    "quickstart_variants_s13.json": (
+        "variants", "Quickstart, the held object shown every turn; a DAgger-style roll-in round",
+        False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
