@@ -87,10 +87,11 @@ def test_warm_start_runs_a_rollin_round_and_logs_it(tmp_path):
     assert (out / "warmstart").is_dir()
 
 
-@pytest.mark.parametrize("bad", ["warmstart.rollin=-1", "warmstart.rollin_epochs=0"])
+@pytest.mark.parametrize("bad", ["warmstart.rollin=-1", "warmstart.rollin_epochs=0",
+                                 "warmstart.rollin=10 warmstart.enabled=false"])
 def test_rollin_settings_are_checked(bad):
     with pytest.raises(ValueError, match=bad.split("=")[0]):
-        load_config("quickstart", [bad])
+        load_config("quickstart", bad.split())
 
 
 def test_an_unparseable_learner_response_ends_the_replayable_prefix():

@@ -411,6 +411,8 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
         errors.append("warmstart.epsilon + warmstart.corrupt must be <= 1")
     if cfg.warmstart.rename > 1:
         errors.append(f"warmstart.rename must be in [0, 1], got {cfg.warmstart.rename}")
+    if cfg.warmstart.rollin > 0 and not cfg.warmstart.enabled:
+        errors.append("warmstart.rollin > 0 needs warmstart.enabled (the round follows the SFT)")
     if cfg.rl.clip_low >= 1:
         errors.append(f"rl.clip_low must be < 1, got {cfg.rl.clip_low}")
     if cfg.rl.task_pool is not None and cfg.rl.task_pool <= 0:
