@@ -8,6 +8,7 @@ agent-side.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 INVENTORY_KEY = "inventory"
@@ -31,3 +32,24 @@ def require_inventory(info: Mapping[str, Any], env: object) -> None:
         raise ValueError(f"agent.show_inventory needs an env whose info carries "
                          f"{INVENTORY_KEY!r} (the text world does); "
                          f"{type(getattr(env, 'unwrapped', env)).__name__} does not")
+
+
+@dataclass(frozen=True)
+class ObservationView:
+    """What the agent is shown besides the env's text (``agent.show_admissible`` /
+    ``agent.show_inventory``): one value shared by rollouts and warm-start demos."""
+
+    admissible: bool = False
+    inventory: bool = False
+
+    def render(self, obs: str, info: Mapping[str, Any] | None) -> str:
+        return render_observation(obs, info, self.admissible, self.inventory)
+
+    def first(self, obs: str, info: Mapping[str, Any], env: object) -> str:
+        """The reset observation as shown; an env lacking what is asked is refused."""
+        if self.inventory:
+            require_inventory(info, env)
+        return self.render(obs, info)
+
+
+PLAIN_VIEW = ObservationView()  # the env's text alone

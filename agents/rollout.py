@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from ..envs.base import BatchedSteps
 from ..types import ContextMode, StopReason, Trajectory, TrajectoryGroup, Turn
-from .observation import render_observation, require_inventory
+from .observation import ObservationView
 from .parsing import INVALID_FORMAT_MESSAGE, ParsedAction, get_parser
 from .policy import Policy, Sample, SamplingParams, SupportsSessions
 from .prompting import ChatPrompter
@@ -48,6 +48,10 @@ class RolloutConfig:
         object.__setattr__(self, "context_mode", ContextMode(self.context_mode))
         if self.context_mode is ContextMode.WINDOW and self.window_turns < 1:
             raise ValueError("window_turns must be >= 1 in window mode")
+
+    @property
+    def view(self) -> ObservationView:
+        return ObservationView(self.show_admissible, self.show_inventory)
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.greedy)
@@ -84,10 +88,8 @@ def start_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter
                   cfg: RolloutConfig, options: dict | None = None) -> Episode:
     """Resets ``env`` to task ``seed`` and opens the episode's transcript."""
     obs, info = env.reset(seed=int(seed), options=options)
-    if cfg.show_inventory:
-        require_inventory(info, env)
     tr = Transcript(prompter, cfg.context_mode, cfg.window_turns, obs,
-                    render_observation(obs, info, cfg.show_admissible, cfg.show_inventory))
+                    cfg.view.first(obs, info, env))
     tid = str(info.get("task_id", f"seed-{seed}"))
     info0 = clean_info(info, cfg.keep_admissible)
     info0["first_observation"] = obs  # for judges; the agent saw it as tokens
@@ -212,7 +214,7 @@ def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, tu
         obs, reward, terminated, truncated = f"Error: {type(exc).__name__}: {exc}", 0.0, True, False
         info = {"env_error": repr(exc)}
         e.stop = StopReason.ERROR
-    shown = render_observation(obs, info, cfg.show_admissible, cfg.show_inventory)
+    shown = cfg.view.render(obs, info)
     plain = obs
     if not parsed.ok:
         shown, plain = f"{INVALID_FORMAT_MESSAGE} {shown}", f"{INVALID_FORMAT_MESSAGE} {obs}"

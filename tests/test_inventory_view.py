@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 from test_rollout import ScriptedPolicy
 from turngym.agents import EnvPool, RolloutConfig, rollout
-from turngym.agents.observation import render_observation
+from turngym.agents.observation import ObservationView, render_observation
 from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.demos import collect_demos
 
@@ -46,7 +46,7 @@ def test_render_puts_the_inventory_before_the_admissible_list():
 
 def test_demos_show_the_held_instance_after_each_take():
     make = lambda: TextWorldEnv(max_turns=30)
-    demos = collect_demos(make, 10, 0.0, 0, 30, show_inventory=True)
+    demos = collect_demos(make, 10, 0.0, 0, 30, view=ObservationView(inventory=True))
     plain = collect_demos(make, 10, 0.0, 0, 30)
     takes = 0
     for d, p in zip(demos, plain):

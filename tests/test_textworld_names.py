@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 from turngym.agents.numerics import token_logprobs
+from turngym.agents.observation import ObservationView
 from turngym.agents.tiny import build_tiny_tokenizer
 from turngym.envs.textworld import TextWorldEnv
 from turngym.envs.textworld.catalog import APPLIANCE, RECEPTACLES, lexicon
@@ -130,7 +131,8 @@ def test_a_renaming_is_consistent_keeps_each_types_part_and_the_names_order():
 
 def test_renamed_demos_are_coherent_and_leave_the_rest_untouched():
     cfg = load_config("quickstart", SMALL)
-    demos = collect_demos(env_factory(cfg, "train"), 12, 0.0, 0, 8, show_admissible=True)
+    demos = collect_demos(env_factory(cfg, "train"), 12, 0.0, 0, 8,
+                          view=ObservationView(admissible=True))
     out = renamed_demos(demos, TextWorldEnv.renamer, 0.5, seed=3)
     assert out == renamed_demos(demos, TextWorldEnv.renamer, 0.5, seed=3)
     changed = [(a, b) for a, b in zip(demos, out) if a is not b]

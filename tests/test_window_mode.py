@@ -4,9 +4,9 @@ resumable, and every estimator, the demos, the trainer and the probe work on it.
 
 import numpy as np
 import pytest
-
 from turngym.agents import EnvPool, HFPolicy, RolloutConfig, rollout
 from turngym.agents.branching import branch_point, branch_point_at, continue_from
+from turngym.agents.observation import ObservationView
 from turngym.agents.transcript import Transcript
 from turngym.credit import CreditContext, GoldScorer, assign_credit
 from turngym.credit.scoring import naive_score
@@ -14,6 +14,7 @@ from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.batching import rows_from_groups, trajectory_rows
 from turngym.trainers.credit import Brancher
 from turngym.trainers.demos import collect_demos, demo_rows
+
 from turngym.types import ContextMode
 
 pytestmark = pytest.mark.fast
@@ -134,7 +135,7 @@ def test_demo_rows_equal_what_the_rollout_shows(tiny_stack):
     """A policy replaying the expert's demo sees exactly the demo rows' prompts."""
     tok, _, prompter = tiny_stack
     (demo,) = collect_demos(lambda: TextWorldEnv(split="train", max_turns=30), 1, 0.0, seed=3,
-                            max_turns=30, show_admissible=True)
+                            max_turns=30, view=ObservationView(admissible=True))
     fmt = "<action> {action} </action>"
     rows = demo_rows([demo], prompter, tok, fmt, 10_000, context_mode=W, window_turns=2)
     assert len(rows) == len(demo.steps)

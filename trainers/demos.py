@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-from ..agents.observation import render_observation, require_inventory
+from ..agents.observation import PLAIN_VIEW, ObservationView
 from ..agents.prompting import ChatPrompter
 from ..agents.transcript import Transcript
 from ..envs.base import HasOracle
@@ -55,15 +55,19 @@ def corrupt_action(action: str, words: list[str], rng: random.Random) -> str:
     return " ".join(parts)
 
 
-def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, seed: int,
-                  max_turns: int, progress=None, show_admissible: bool = False,
-                  corrupt: float = 0.0, show_inventory: bool = False) -> list[Demo]:
-    """Observations are stored as the agent would see them (see ``render_observation``)
-    and plain."""
+def _expert_env(make_env: Callable[[], gym.Env], remedy: str) -> gym.Env:
     env = make_env()
     if not isinstance(env.unwrapped, HasOracle):
         raise TypeError(f"{type(env.unwrapped).__name__} has no oracle_action() (HasOracle); "
-                        "disable warmstart or give the env an expert")
+                        + remedy)
+    return env
+
+
+def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, seed: int,
+                  max_turns: int, progress=None, view: ObservationView = PLAIN_VIEW,
+                  corrupt: float = 0.0) -> list[Demo]:
+    """Observations are stored as the agent would see them (``view``) and plain."""
+    env = _expert_env(make_env, "disable warmstart or give the env an expert")
     rng = random.Random(seed)
     demos: list[Demo] = []
     words: list[str] = []
@@ -72,9 +76,7 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
         task_seed = rng.randrange(2**31 - 1)
         attempts += 1
         obs0, info = env.reset(seed=task_seed)
-        if show_inventory:
-            require_inventory(info, env)
-        shown0 = render_observation(obs0, info, show_admissible, show_inventory)
+        shown0 = view.first(obs0, info, env)
         steps, plain = [], []
         won = False
         for _ in range(max_turns):
@@ -83,8 +85,7 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
             obs, reward, term, trunc, info = env.step(a)
             words.extend(w for w in obs.lower().replace(",", " ").replace(".", " ").split()
                          if len(words) < 5000)
-            steps.append((a, render_observation(obs, info, show_admissible, show_inventory),
-                          a == expert))
+            steps.append((a, view.render(obs, info), a == expert))
             plain.append(obs)
             if term or trunc:
                 won = bool(term and reward > 0)
@@ -99,8 +100,8 @@ def collect_demos(make_env: Callable[[], gym.Env], num: int, epsilon: float, see
 
 
 def rollin_demos(make_env: Callable[[], gym.Env], rollins: list[tuple[int, list[str], bool]],
-                 max_turns: int, seed: int, show_admissible: bool = False,
-                 show_inventory: bool = False) -> list[Demo]:
+                 max_turns: int, seed: int, view: ObservationView = PLAIN_VIEW
+                 ) -> list[Demo]:
     """DAgger-style demonstrations in the states the learner itself reaches (learner
     roll-in, expert roll-out): for each ``(task seed, learner actions, learner won)`` the
     env replays a random prefix of the learner's actions -- at least one, and short of
@@ -109,10 +110,7 @@ def rollin_demos(make_env: Callable[[], gym.Env], rollins: list[tuple[int, list[
     noise of :func:`collect_demos` is synthetic; these are the learner's own mistakes
     (the wrong instance of a held object, loops after "Nothing happens."), each followed
     by the expert's recovery from exactly that state."""
-    env = make_env()
-    if not isinstance(env.unwrapped, HasOracle):
-        raise TypeError(f"{type(env.unwrapped).__name__} has no oracle_action() (HasOracle); "
-                        "warmstart.rollin needs an expert")
+    env = _expert_env(make_env, "warmstart.rollin needs an expert")
     rng = random.Random(f"rollin-{seed}")
     demos: list[Demo] = []
     for task_seed, actions, won in rollins:
@@ -123,17 +121,14 @@ def rollin_demos(make_env: Callable[[], gym.Env], rollins: list[tuple[int, list[
             continue
         prefix = actions[: rng.randint(1, last)]
         obs0, info = env.reset(seed=int(task_seed))
-        if show_inventory:
-            require_inventory(info, env)
-        shown0 = render_observation(obs0, info, show_admissible, show_inventory)
+        shown0 = view.first(obs0, info, env)
         steps, plain = [], []
         term = trunc = False
         reward = 0.0
         for k in range(max_turns):
             a = prefix[k] if k < len(prefix) else env.unwrapped.oracle_action()
             obs, reward, term, trunc, info = env.step(a)
-            steps.append((a, render_observation(obs, info, show_admissible, show_inventory),
-                          k >= len(prefix)))
+            steps.append((a, view.render(obs, info), k >= len(prefix)))
             plain.append(obs)
             if term or trunc:
                 break

@@ -74,7 +74,7 @@ def _rollin_round(model, tok, prompter: ChatPrompter, demos: list, cfg: DictConf
     t0 = time.time()
     played = _learner_rollouts(model, tok, prompter, cfg, make_env, ws.rollin, progress)
     fresh = rollin_demos(make_env, played, cfg.agent.max_turns, cfg.seed,
-                         cfg.agent.show_admissible, cfg.agent.show_inventory)
+                         rollout_config(cfg).view)
     if not fresh:
         raise RuntimeError("warmstart.rollin: the expert finished none of the learner's "
                            "episodes within agent.max_turns")
@@ -109,8 +109,8 @@ def run_warmstart(cfg: DictConfig, out: Path, log: MetricsLogger, progress: bool
         n = ws.num_demos if ws.enabled else min(ws.num_demos, 200)
         bar = tqdm(total=n, desc="collecting demos", leave=False, disable=not progress)
         demos = collect_demos(make_train, n, ws.epsilon, cfg.seed, cfg.agent.max_turns,
-                              progress=bar.update, show_admissible=cfg.agent.show_admissible,
-                              corrupt=ws.corrupt, show_inventory=cfg.agent.show_inventory)
+                              progress=bar.update, view=rollout_config(cfg).view,
+                              corrupt=ws.corrupt)
         bar.close()
         if not demos:
             raise RuntimeError(f"the expert solved no task within agent.max_turns="
