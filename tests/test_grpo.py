@@ -59,3 +59,81 @@ def test_invalid_penalty_ranks_failed_rollouts_by_wasted_turns():
     (shaped,) = assign_credit("grpo", [g], {"invalid_penalty": 0.5, "std_normalize": False})
     # shaped rewards 0, -0.5, -0.25 -> mean -0.25
     assert [adv[0] for adv in shaped.turn_advantages] == pytest.approx([0.25, -0.25, 0.0])
+
+
+def _keyed(keys, reward=0.0, first="s0"):
+    turns = tuple(Turn((1,), (2,), (1,), (-1.0,), "a", "o", info={"state_key": k})
+                  for k in keys)
+    return Trajectory(turns, reward, reward > 0, StopReason.MAX_TURNS, "task", "g",
+                      info={"state_key": first})
+
+
+def test_revisit_penalty_counts_turns_that_return_to_a_seen_state():
+    from turngym.credit.grpo import revisit_fraction
+    # s0 -> s1 (new) -> s1 (stay) -> s0 (back to the reset state) -> s2 (new)
+    assert revisit_fraction(_keyed(["s1", "s1", "s0", "s2"])) == pytest.approx(0.5)
+    assert revisit_fraction(_keyed(["s1", "s2", "s3"])) == 0.0
+    g = TrajectoryGroup((_keyed(["s1", "s2"]), _keyed(["s0", "s0"]), _keyed(["s1", "s1"]),
+                         _keyed(["s0", "s0"], reward=1.0)), "task")
+    (shaped,) = assign_credit("grpo", [g], {"revisit_penalty": 0.2, "std_normalize": False})
+    # shaped rewards 0, -0.2, -0.1, 0.8 -> mean 0.125: the looping win still ranks first
+    assert [adv[0] for adv in shaped.turn_advantages] == pytest.approx(
+        [-0.125, -0.325, -0.225, 0.675])
+    with pytest.raises(ValueError, match=">= 0"):
+        assign_credit("grpo", [g], {"revisit_penalty": -0.1})
+
+
+def test_revisit_penalty_needs_state_keys_but_tolerates_env_errors():
+    from turngym.credit.grpo import revisit_fraction
+    no_reset = Trajectory(_keyed(["s1"]).turns, 0.0, False, StopReason.MAX_TURNS, "task", "g")
+    with pytest.raises(KeyError, match="reset 'state_key'"):
+        revisit_fraction(no_reset)
+    bare = Trajectory((Turn((1,), (2,), (1,), (-1.0,), "a", "o"),), 0.0, False,
+                      StopReason.MAX_TURNS, "task", "g", info={"state_key": "s0"})
+    with pytest.raises(KeyError, match="every step"):
+        revisit_fraction(bare)
+    crashed = Trajectory(_keyed(["s1"]).turns + (Turn((1,), (2,), (1,), (-1.0,), "a", "o",
+                                                     info={"env_error": "boom"}),),
+                         0.0, False, StopReason.ERROR, "task", "g", info={"state_key": "s0"})
+    assert revisit_fraction(crashed) == 0.5
+
+
+def test_revisit_penalty_on_real_text_world_episodes():
+    """The env's own state keys: the oracle's winning path never revisits; standing still,
+    no-op commands and walking back all do."""
+    import gymnasium as gym
+
+    from turngym.credit.grpo import revisit_fraction
+
+    def play(env, actions, seed):
+        _, info0 = env.reset(seed=seed)
+        turns, won = [], False
+        for a in actions(env):
+            obs, r, term, trunc, info = env.step(a)
+            turns.append(Turn((1,), (2,), (1,), (-1.0,), a, obs, r, info))
+            won = won or term
+            if term or trunc:
+                break
+        return Trajectory(tuple(turns), float(won), won, StopReason.MAX_TURNS, "t", "g",
+                          info={"state_key": info0["state_key"]})
+
+    env = gym.make("turngym/TextWorld-v0").unwrapped
+
+    def oracle(e):
+        for _ in range(30):
+            yield e.oracle_action()
+
+    win = play(env, oracle, seed=5)
+    assert win.success and revisit_fraction(win) == 0.0
+
+    def loop(e):
+        places = [c for c in e.world.admissible() if c.startswith("go to ")]
+        yield places[0]
+        yield places[0]      # "Nothing happens.": already there
+        yield "look"
+        yield "inventory"
+        yield places[1]      # new place
+        yield places[0]      # back where it was: same world state
+    lp = play(env, loop, seed=5)
+    assert [bool(t.info["valid_action"]) for t in lp.turns][:2] == [True, False]
+    assert revisit_fraction(lp) == pytest.approx(4 / 6)
