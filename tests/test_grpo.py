@@ -1,10 +1,11 @@
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
-
 from turngym.credit import assign_credit, get_estimator, list_estimators
-from turngym.credit.grpo import group_normalize
+from turngym.credit.grpo import group_normalize, revisit_fraction
+
 from turngym.types import StopReason, Trajectory, TrajectoryGroup, Turn
 
 pytestmark = pytest.mark.fast
@@ -69,7 +70,6 @@ def _keyed(keys, reward=0.0, first="s0"):
 
 
 def test_revisit_penalty_counts_turns_that_return_to_a_seen_state():
-    from turngym.credit.grpo import revisit_fraction
     # s0 -> s1 (new) -> s1 (stay) -> s0 (back to the reset state) -> s2 (new)
     assert revisit_fraction(_keyed(["s1", "s1", "s0", "s2"])) == pytest.approx(0.5)
     assert revisit_fraction(_keyed(["s1", "s2", "s3"])) == 0.0
@@ -84,7 +84,6 @@ def test_revisit_penalty_counts_turns_that_return_to_a_seen_state():
 
 
 def test_revisit_penalty_needs_state_keys_but_tolerates_env_errors():
-    from turngym.credit.grpo import revisit_fraction
     no_reset = Trajectory(_keyed(["s1"]).turns, 0.0, False, StopReason.MAX_TURNS, "task", "g")
     with pytest.raises(KeyError, match="reset 'state_key'"):
         revisit_fraction(no_reset)
@@ -101,9 +100,6 @@ def test_revisit_penalty_needs_state_keys_but_tolerates_env_errors():
 def test_revisit_penalty_on_real_text_world_episodes():
     """The env's own state keys: the oracle's winning path never revisits; standing still,
     no-op commands and walking back all do."""
-    import gymnasium as gym
-
-    from turngym.credit.grpo import revisit_fraction
 
     def play(env, actions, seed):
         _, info0 = env.reset(seed=seed)
