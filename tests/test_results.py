@@ -74,14 +74,20 @@ def test_quickstart_writer_and_render(tmp_path):
     (res / "notes.md").write_text("## What was tried\n\nnotes-marker\n")
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- results:quickstart -->\nold\n<!-- /results -->\nrest\n")
+    fresh = dict(rec, runs=[dict(r, seed=r["seed"] + 3) for r in rec["runs"]])
+    (res / "quickstart_fresh_seeds.json").write_text(json.dumps(fresh))
     assert main(["results", "render", "--dir", str(res), "--out", str(out),
                  "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("rest\n") and "old" not in text
+    assert "seeds 3, 4" not in text  # the README reports quickstart.json, not the fresh seeds
     assert "+-" in text and "seeds 0, 1" in text and "valid_unseen, greedy" in text
     assert "valid_unseen, t0.05" in text
     md = out.read_text()
     assert "## Quickstart" in md and "| mean |" in md and "| std |" in md
+    fresh_md = md.split("## Quickstart on fresh seeds")[1].split("\n## ")[0]
+    first_split = next(iter(rec["runs"][0]["warmstart"].values()))
+    assert f"| 3 | {first_split:.3f} | **" in fresh_md
     assert "greedy decoding" in md and "`temperature=0.05`" in md
     assert f"**{rec['runs'][1]['greedy']['final']['valid_unseen']:.3f}**" in md
     assert "Credit-quality probe, text world" in md and "step_groups" in md

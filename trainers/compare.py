@@ -40,6 +40,7 @@ from .distributed import World
 from .evaluate import evaluate_splits
 from .metrics import MetricsLogger, read_metrics
 from .runtime import quiet_transformers, seed_everything
+from .stats import seed_t_interval
 
 
 def _with(cfg: DictConfig, **dot) -> DictConfig:
@@ -276,6 +277,7 @@ def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None
             out["vs_baseline"][name] = {
                 "diff_mean": float(data[e].mean() - data[b].mean()),
                 "ci95": [float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))],
+                "ci95_t": seed_t_interval(data[e].mean(axis=1) - data[b].mean(axis=1)),
                 "p_leq_0": float((diff <= 0).mean())}
     return out
 
@@ -349,6 +351,11 @@ def plot_comparison(root: Path, credits: Sequence[str], seeds: Sequence[int], pn
     return png
 
 
+def t_interval_note(d: dict) -> str:
+    t = d.get("ci95_t")
+    return f", seed-level t [{t[0]:+.3f}, {t[1]:+.3f}]" if t else ""
+
+
 def format_comparison(results: dict) -> str:
     lines = []
     for split, st in results["splits"].items():
@@ -358,7 +365,7 @@ def format_comparison(results: dict) -> str:
             lo, hi = e["ci95"]
             d = st["vs_baseline"].get(name)
             vs = (f"   vs {results['baseline']}: {d['diff_mean']:+.3f} "
-                  f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]") if d else ""
+                  f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]{t_interval_note(d)}") if d else ""
             lines.append(f"  {name:<16s} {e['mean']:.3f} [{lo:.3f}, {hi:.3f}]  "
                          f"warm start {np.mean(e['warmstart']):.3f}{vs}")
     return "\n".join(lines)

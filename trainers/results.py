@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..config import to_dict
 from .checkpoint import MANIFEST, write_atomic_text
+from .stats import seed_t_interval
 
 
 def machine() -> dict:
@@ -248,10 +249,10 @@ def _ci(x: Sequence[float]) -> str:
     return f"[{x[0]:.3f}, {x[1]:.3f}]"
 
 
-def render_quickstart(rec: dict) -> list[str]:
+def render_quickstart(rec: dict, title: str | None = None) -> list[str]:
     runs = rec["runs"]
     splits = list(runs[0]["final"])
-    lines = ["## Quickstart: `turngym train --config quickstart`", "",
+    lines = [f"## {title or 'Quickstart: `turngym train --config quickstart`'}", "",
              f"Command: `{rec['command']}`", "",
              "| seed | " + " | ".join(f"{s} warm start | {s} after RL" for s in splits)
              + " | wall (min) |",
@@ -300,15 +301,21 @@ def render_compare(rec: dict, title: str) -> list[str]:
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
              f"Final success on `{rec['split']}`, {rec['episodes_per_eval']} fixed tasks per "
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
-             "two-level bootstrap (seeds, then tasks within a seed, paired across estimators).",
+             "two-level bootstrap (seeds, then tasks within a seed, paired across estimators). "
+             "The last column is the Student-t interval of the per-seed paired differences "
+             "(df = seeds - 1): with three seeds the bootstrap understates the seed-to-seed "
+             "spread, so read a difference as shown only if this interval excludes 0 too.",
              "", f"| estimator | warm start | final (per seed) | mean [95% CI] | vs {base} "
-             "[95% CI] |", "|---|---|---|---|---|"]
+             f"[95% CI] | vs {base}, seed-level t 95% CI |", "|---|---|---|---|---|---|"]
+    base_final = rec["estimators"][base]["final"]
     for name, e in rec["estimators"].items():
         d = vs.get(name)
         diff = f"{d['diff_mean']:+.3f} {_ci(d['ci95'])}" if d else "--"
+        t = seed_t_interval(np.subtract(e["final"], base_final)) if d else None
         lines.append(f"| {name} | {np.mean(e['warmstart']):.3f} | "
                      f"{', '.join(f'{x:.3f}' for x in e['final'])} | "
-                     f"**{e['mean']:.3f}** {_ci(e['ci95'])} | {diff} |")
+                     f"**{e['mean']:.3f}** {_ci(e['ci95'])} | {diff} | "
+                     f"{_ci(t) if t else '--'} |")
     return lines + [""]
 
 
@@ -389,6 +396,11 @@ def update_readme(readme: Path, rec: dict) -> bool:
 # follow-up measurements (another budget, fresh seeds); a missing one is not listed.
 RESULT_FILES = {
     "quickstart.json": ("quickstart", None, True),
+    # the same writer on seeds that never took part in choosing the recipe; README keeps
+    # quickstart.json's seeds 0, 1, 2 (the issue's), this one is shown beside them
+    "quickstart_fresh_seeds.json": (
+        "quickstart_seeds", "Quickstart on fresh seeds (the committed config; seeds never used "
+        "to choose it)", False),
     "quickstart_variants.json": (
         "variants", "Quickstart recipes side by side (whole runs, paired by seed and task)",
         False),
@@ -405,6 +417,9 @@ RESULT_FILES = {
     "quickstart_variants_s13.json": (
         "variants", "Quickstart, the held object shown every turn; a DAgger-style roll-in round",
         False),
+    "quickstart_variants_s14.json": (
+        "variants", "Quickstart, a penalty on turns that revisit a state; a third of the "
+        "corrupted demo actions", False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
@@ -445,6 +460,8 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
                 update_readme(Path(readme), rec)
             for png in sorted(results_dir.glob("quickstart_seed*.png")):
                 parts += [f"![{png.stem}](results/{png.name})", ""]
+        elif kind == "quickstart_seeds":
+            parts += render_quickstart(rec, title)
         elif kind in ("compare", "variants"):
             parts += render_compare(rec, title) if kind == "compare" \
                 else render_variants(rec, title)

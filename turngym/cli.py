@@ -342,6 +342,7 @@ def _results(args) -> int:
         from .config import ConfigError
         raise ConfigError("--decoding applies to `turngym results quickstart` without --variant")
     if args.variant:
+        from .trainers.compare import t_interval_note
         from .trainers.results import quickstart_variants
         rec = quickstart_variants(cfg, _variants(args, cfg), seeds,
                                   Path(args.dir) / "quickstart_variants.json",
@@ -354,7 +355,7 @@ def _results(args) -> int:
             print(f"{name}: final {rec['split']} {e['mean']:.3f} [{e['ci95'][0]:.3f}, "
                   f"{e['ci95'][1]:.3f}] (per seed {', '.join(f'{x:.3f}' for x in e['final'])})"
                   + (f"; vs {base} {d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, "
-                     f"{d['ci95'][1]:+.3f}]" if d else "")
+                     f"{d['ci95'][1]:+.3f}]{t_interval_note(d)}" if d else "")
                   + f"; wall {max(rec['wall_s'][name]) / 60:.1f} min at most")
         return 0
     rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
