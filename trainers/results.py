@@ -303,7 +303,7 @@ def render_compare(rec: dict, title: str) -> list[str]:
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
              "two-level bootstrap (seeds, then tasks within a seed, paired across estimators). "
              "The last column is the Student-t interval of the per-seed paired differences "
-             "(df = seeds - 1): with three seeds the bootstrap understates the seed-to-seed "
+             "(df = seeds - 1): with few seeds the bootstrap understates the seed-to-seed "
              "spread, so read a difference as shown only if this interval excludes 0 too.",
              "", f"| estimator | warm start | final (per seed) | mean [95% CI] | vs {base} "
              f"[95% CI] | vs {base}, seed-level t 95% CI |", "|---|---|---|---|---|---|"]
