@@ -13,7 +13,7 @@ def seed_t_interval(diffs, level: float = 0.95) -> list[float] | None:
     The two-level bootstrap resamples seeds too, but with three seeds that resampling
     understates the seed-to-seed spread (its variance is (S-1)/S of the sample's and
     its quantiles come from a handful of distinct seed draws): on the quickstart's
-    variant trials the bootstrap's intervals were 2-4x narrower than this one.  Reported
+    variant trials this interval was wider in 13 of 14 arms, median 2.3x.  Reported
     beside it as the conservative reading."""
     d = np.asarray(diffs, dtype=np.float64)
     if d.size < 2:
