@@ -19,7 +19,7 @@ import torch
 __all__ = [
     "autocast", "model_device", "forward_logits", "token_logprobs", "token_entropies",
     "right_pad", "cache_kwarg", "cache_of", "growing_cache", "sequence_logprobs",
-    "sequence_entropies",
+    "sequence_entropies", "tempered",
 ]
 
 _AUTOCAST = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -52,6 +52,16 @@ def forward_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     is built: training and scoring forwards never need one."""
     with autocast(precision, input_ids.device):
         return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature``: the logits of the distribution a sampler at that
+    temperature draws from (``logits`` itself, not a copy, at 1.0)."""
+    if temperature == 1.0:
+        return logits
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return logits / temperature
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -116,9 +126,12 @@ def _per_sequence(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int
 
 
 def sequence_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int = 16384,
-                      precision: str | None = None) -> list[list[float]]:
-    """Per token of each sequence, its log-prob given the prefix (entry 0 is 0.0)."""
-    return _per_sequence(model, seqs, pad_id, budget, precision, token_logprobs)
+                      precision: str | None = None, temperature: float = 1.0
+                      ) -> list[list[float]]:
+    """Per token of each sequence, its log-prob given the prefix (entry 0 is 0.0), under
+    the model's distribution at ``temperature``."""
+    return _per_sequence(model, seqs, pad_id, budget, precision,
+                         lambda logits, ids: token_logprobs(tempered(logits, temperature), ids))
 
 
 def sequence_entropies(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int = 16384,

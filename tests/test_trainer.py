@@ -138,3 +138,66 @@ def test_kl_to_reference_is_zero_at_start_and_pulls_back(tiny_stack):
     assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
     second = trainer.update([group], [CreditAssignment(((1.0,), (-1.0,)))])
     assert second["kl"] > 0.0
+
+
+def _tempered_rollouts(tok, model, prompter, temperature):
+    from turngym.agents.hf_backend import HFPolicy
+    from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
+    from turngym.envs.textworld import TextWorldEnv
+    pol = HFPolicy(model, tok, generator_seed=2, max_batch_size=4)
+    return rollout(pol, prompter, EnvPool(lambda: TextWorldEnv()), [0, 1], 4,
+                   RolloutConfig(max_turns=3, max_new_tokens=6, temperature=temperature))
+
+
+def test_trainer_scores_the_distribution_the_sampler_drew_from(tiny_stack):
+    """At T != 1 the rollout's log-probs are those of softmax(logits / T); a trainer told
+    the temperature scores the same numbers, so its first PPO ratio is 1 even with the
+    rollout's own log-probs as the old ones. Scored at T = 1 (what the trainer did before
+    it took the temperature) the ratios are far from 1 and the clip fires."""
+    tok, model, prompter = tiny_stack
+    temp = 0.5
+    groups = _tempered_rollouts(tok, model, prompter, temp)
+    rows = [r for g in groups for t in g for r in trajectory_rows(t, [0.0] * t.num_turns)]
+    sampled = [lp for g in groups for t in g for turn in t.turns for lp in turn.logprobs]
+
+    def response_scores(temperature):
+        out = []
+        for r, sc in zip(rows, score_rows(model, rows, tok.pad_token_id, 4096,
+                                          temperature=temperature)):
+            out += [x for x, m in zip(sc, r.mask) if m]
+        return torch.tensor(out)
+
+    assert len(sampled) > 20
+    assert torch.allclose(response_scores(temp), torch.tensor(sampled), atol=1e-4)
+    assert (response_scores(1.0) - torch.tensor(sampled)).abs().max() > 0.05
+
+    def first_step(trainer_temperature):
+        m = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+        m.load_state_dict(model.state_dict())
+        cfg = load_config("quickstart", ["rl.lr=1e-9", "rl.recompute_logprobs=false",
+                                         "rl.clip_low=0.01", "rl.clip_high=0.01"]).rl
+        trainer = PolicyGradientTrainer(m, torch.optim.AdamW(m.parameters(), lr=cfg.lr), cfg,
+                                        tok.pad_token_id, temperature=trainer_temperature)
+        credits = [CreditAssignment(tuple((1.0 if i % 2 else -1.0,) * t.num_turns
+                                          for i, t in enumerate(g)))
+                   for g in groups]
+        return trainer.update(groups, credits)
+
+    assert first_step(temp)["clipfrac"] < 0.01  # ratio 1 up to float rounding
+    assert first_step(1.0)["clipfrac"] > 0.2
+
+
+def test_trainer_temperature_must_be_positive(tiny_stack):
+    tok, model, _ = tiny_stack
+    cfg = load_config("quickstart").rl
+    with pytest.raises(ValueError, match="temperature"):
+        PolicyGradientTrainer(model, torch.optim.AdamW(model.parameters()), cfg, 0,
+                              temperature=0.0)
+
+
+def test_rl_with_greedy_rollouts_is_a_config_error():
+    from turngym.config import ConfigError
+    with pytest.raises(ConfigError, match="RL needs sampled rollouts"):
+        load_config("quickstart", ["agent.sampling.greedy=true"])
+    # SFT only (or evaluation): greedy is fine
+    assert load_config("quickstart", ["agent.sampling.greedy=true", "rl.steps=0"]).rl.steps == 0

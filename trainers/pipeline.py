@@ -212,7 +212,8 @@ def setup_rl(cfg: DictConfig, model, tok, point: ResumePoint, world: World) -> R
         ckpts.load_rng(point.checkpoint)
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
-                                    precision=cfg.model.autocast)
+                                    precision=cfg.model.autocast,
+                                    temperature=cfg.agent.sampling.temperature)
     policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
                           seed=cfg.seed + world.rank, precision=cfg.model.autocast)
     if isinstance(policy, SupportsWeightSync) and (point.checkpoint is not None

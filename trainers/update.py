@@ -11,6 +11,15 @@ skipped (TRL does the same for ``num_iterations=1``; 4.8 -> 4.2 s per quickstart
 The ratio is then exactly 1 and the clip inactive.  ``reuse_forward_logprobs``
 (attribute) turns this off.
 
+The policy being trained is the sampler's distribution: every log-prob (the loss's,
+the recomputed old ones, the reference's for the KL, the entropy) is taken from the
+logits divided by the rollout's sampling ``temperature``, as verl's actor does.  At
+any temperature other than 1 the trainer would otherwise score another distribution
+than the one the tokens were drawn from, and the "first ratio is 1" above would hold
+only with recomputed log-probs.  Top-p truncation is not applied in the trainer
+(it is not differentiable; verl does not either): with ``top_p < 1`` the sampler's
+log-probs and the trainer's differ on every truncated step.
+
 Under ``torchrun`` each rank passes its own groups; the loss is normalised by the
 global token (or row) count and gradients are summed across ranks before the
 clip and the step (see :mod:`.distributed`), so N ranks make the update one rank
@@ -26,7 +35,7 @@ from typing import Sequence
 import torch
 from torch.distributed.tensor import DTensor
 
-from ..agents.numerics import (forward_logits, model_device, sequence_logprobs,
+from ..agents.numerics import (forward_logits, model_device, sequence_logprobs, tempered,
                                token_entropies, token_logprobs)
 from ..types import CreditAssignment, TrajectoryGroup
 from .batching import TokenRow, collate, micro_batches, rows_from_groups
@@ -40,9 +49,11 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def score_rows(model, rows: Sequence[TokenRow], pad_id: int, budget: int,
-               precision: str | None = None) -> list[list[float]]:
-    """Per-token log-probs of each row under ``model`` (in ``rows`` order)."""
-    return sequence_logprobs(model, [r.ids for r in rows], pad_id, budget, precision)
+               precision: str | None = None, temperature: float = 1.0) -> list[list[float]]:
+    """Per-token log-probs of each row under ``model`` at ``temperature`` (in ``rows``
+    order)."""
+    return sequence_logprobs(model, [r.ids for r in rows], pad_id, budget, precision,
+                             temperature)
 
 
 def split_even(items: Sequence, parts: int) -> list[list]:
@@ -59,8 +70,13 @@ def split_even(items: Sequence, parts: int) -> list[list]:
 
 class PolicyGradientTrainer:
     def __init__(self, model, optimizer, cfg, pad_id: int, ref_model=None, seed: int = 0,
-                 world: World | None = None, precision: str | None = None):
+                 world: World | None = None, precision: str | None = None,
+                 temperature: float = 1.0):
+        if not temperature > 0:
+            raise ValueError(f"the sampling temperature the policy is trained at must be > 0, "
+                             f"got {temperature}")
         self.model = model
+        self.temperature = float(temperature)
         self.opt = optimizer
         self.cfg = cfg
         self.pad_id = pad_id
@@ -96,12 +112,13 @@ class PolicyGradientTrainer:
         if cfg.recompute_logprobs and not reuse:
             with unsharded(self.model):  # a collective when sharded: every rank enters
                 olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget,
-                                  self.precision) if rows else []
+                                  self.precision, self.temperature) if rows else []
             rows = [TokenRow(r.ids, r.mask, r.adv, o) for r, o in zip(rows, olds)]
         refs = None
         if cfg.kl_coef > 0:
             refs = {id(r): lp for r, lp in zip(rows, score_rows(
-                self.ref_model, rows, self.pad_id, cfg.token_budget, self.precision))}
+                self.ref_model, rows, self.pad_id, cfg.token_budget, self.precision,
+                self.temperature))}
         self.model.train()
         local = dict.fromkeys(_STATS, 0.0)
         grad_norm, n_updates = 0.0, 0
@@ -146,7 +163,8 @@ class PolicyGradientTrainer:
         ``old_from_forward``: this forward's own log-probs, detached, are the old ones."""
         cfg = self.cfg
         b = collate(mb, self.pad_id).to(device)
-        logits = forward_logits(self.model, b.input_ids, b.attention_mask, self.precision)
+        logits = tempered(forward_logits(self.model, b.input_ids, b.attention_mask,
+                                         self.precision), self.temperature)
         logp = token_logprobs(logits, b.input_ids)
         old = logp.detach() if old_from_forward else b.old_logprobs
         pg, clipped = ppo_clip_terms(logp, old, b.advantages, cfg.clip_low, cfg.clip_high)

@@ -504,3 +504,6 @@ def _check_agent(cfg: DictConfig, errors: list[str], training: bool = True) -> N
             errors.append(str(exc))
     if cfg.agent.max_new_tokens >= cfg.agent.max_context_tokens:
         errors.append("agent.max_new_tokens must be below agent.max_context_tokens")
+    if training and cfg.rl.steps > 0 and cfg.agent.sampling.greedy:
+        errors.append("agent.sampling.greedy with rl.steps > 0: RL needs sampled rollouts (every "
+                      "episode of a group would be the same); set a temperature instead")
