@@ -195,9 +195,13 @@ def test_trainer_temperature_must_be_positive(tiny_stack):
                               temperature=0.0)
 
 
-def test_rl_with_greedy_rollouts_is_a_config_error():
+def test_rl_sampler_settings_the_trainer_cannot_match_are_config_errors():
     from turngym.config import ConfigError
     with pytest.raises(ConfigError, match="RL needs sampled rollouts"):
         load_config("quickstart", ["agent.sampling.greedy=true"])
     # SFT only (or evaluation): greedy is fine
     assert load_config("quickstart", ["agent.sampling.greedy=true", "rl.steps=0"]).rl.steps == 0
+    # top-p-truncated rollout log-probs as the old ones: the trainer cannot match them
+    with pytest.raises(ConfigError, match="top_p < 1 with rl.recompute_logprobs=false"):
+        load_config("quickstart", ["agent.sampling.top_p=0.9", "rl.recompute_logprobs=false"])
+    assert load_config("quickstart", ["agent.sampling.top_p=0.9"]).agent.sampling.top_p == 0.9

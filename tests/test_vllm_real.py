@@ -171,6 +171,30 @@ def test_sampling_is_reproducible_from_the_policy_seed(engine, stack):
         assert list(s.logprobs) == pytest.approx(sc[4:], abs=TOL)
 
 
+def test_engine_logprobs_at_a_temperature_are_what_the_trainer_scores(engine, stack):
+    """At T != 1 the engine reports log-probs of softmax(logits / T) (its processed
+    log-probs); the trainer, told the rollout temperature, scores the same numbers, so
+    PPO's first ratio is 1 with the engine's log-probs as the old ones."""
+    from turngym.trainers.batching import TokenRow
+    from turngym.trainers.update import score_rows
+    tok, model, _ = stack
+    p = engine.policy
+    temp = 0.5
+    prompts = [[6, 7, 8, 9], [10, 11, 12]] * 3
+    p.generator.manual_seed(5)
+    got = p.generate(prompts, SamplingParams(max_new_tokens=8, temperature=temp))
+    rows = [TokenRow(list(q) + list(s.token_ids), [0] * len(q) + [1] * len(s.token_ids),
+                     [0.0] * (len(q) + len(s.token_ids)), [0.0] * (len(q) + len(s.token_ids)))
+            for q, s in zip(prompts, got)]
+    at_t = score_rows(model, rows, tok.pad_token_id, 4096, temperature=temp)
+    at_1 = score_rows(model, rows, tok.pad_token_id, 4096)
+    gap = 0.0
+    for q, s, a, b in zip(prompts, got, at_t, at_1):
+        assert list(s.logprobs) == pytest.approx(a[len(q):], abs=TOL)
+        gap = max(gap, max(abs(x - y) for x, y in zip(s.logprobs, b[len(q):])))
+    assert gap > 0.01  # scored at T = 1 (the trainer before it took T) they differ
+
+
 def test_second_turn_hits_the_prefix_cache(engine, stack):
     tok = stack[0]
     p = engine.policy

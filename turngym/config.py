@@ -507,3 +507,9 @@ def _check_agent(cfg: DictConfig, errors: list[str], training: bool = True) -> N
     if training and cfg.rl.steps > 0 and cfg.agent.sampling.greedy:
         errors.append("agent.sampling.greedy with rl.steps > 0: RL needs sampled rollouts (every "
                       "episode of a group would be the same); set a temperature instead")
+    if (training and cfg.rl.steps > 0 and not cfg.rl.recompute_logprobs
+            and cfg.agent.sampling.top_p < 1):
+        errors.append("agent.sampling.top_p < 1 with rl.recompute_logprobs=false: the rollout's "
+                      "log-probs are of the top-p-truncated distribution, which the trainer "
+                      "does not apply, so every PPO ratio would be off on truncated steps. Set "
+                      "rl.recompute_logprobs=true or agent.sampling.top_p=1")
