@@ -146,11 +146,36 @@ def test_quickstart_variants_record_pairs_whole_recipes_by_seed_and_task(tmp_pat
     assert d["ci95"][0] <= d["diff_mean"] <= d["ci95"][1]
     out = capsys.readouterr().out
     assert "demos: final valid_unseen" in out and "vs baseline" in out
-    # rerun: every run is read back, nothing retrained
+    # rerun: every run is read back, nothing retrained; now every arm is also
+    # re-evaluated at another decoding and compared again there
     mtimes = {n: (d / "summary.json").stat().st_mtime for n, d in dirs.items()}
     assert main([*base, *overrides, "--variant", "demos: warmstart.num_demos=24",
-                 "--variant", "steps: rl.steps=2"]) == 0
+                 "--variant", "steps: rl.steps=2", "--decoding",
+                 "t0.05: temperature=0.05"]) == 0
     assert {n: (d / "summary.json").stat().st_mtime for n, d in dirs.items()} == mtimes
+    again = json.loads((res / "quickstart_variants.json").read_text())
+    assert again["estimators"] == rec["estimators"]  # the configured decoding is unchanged
+    dec = again["decodings"]["t0.05"]
+    assert dec["sampling"] == {"temperature": 0.05}
+    caches = {n: json.loads((d / "reeval_t0.05.json").read_text()) for n, d in dirs.items()}
+    for name, c in caches.items():  # the numbers are each run's re-evaluation
+        assert c["measured"]["eval"]["sampling"]["temperature"] == 0.05
+        assert dec["estimators"][name]["final"] == [c["final"]["valid_unseen"]]
+        assert dec["estimators"][name]["warmstart"] == [c["warmstart"]["valid_unseen"]]
+    low = {n: c["per_task"]["final"]["valid_unseen"] for n, c in caches.items()}
+    d = dec["vs_baseline"]["steps"]
+    assert abs(d["diff_mean"] - (sum(low["steps"]) - sum(low["baseline"])) / 3) < 1e-9
+    out = capsys.readouterr().out
+    assert "steps [t0.05]: final valid_unseen" in out
+    # a cache written before per-task results were kept is measured again, not misread
+    from turngym.trainers.results import reeval_summary
+    old = dict(caches["steps"])
+    del old["per_task"]
+    (dirs["steps"] / "reeval_t0.05.json").write_text(json.dumps(old))
+    step_cfg = _cfg(overrides + ["rl.steps=2", f"output_dir={dirs['steps']}"])
+    got = reeval_summary(step_cfg, dirs["steps"], {"temperature": 0.05}, "reeval_t0.05.json",
+                         progress=False)
+    assert got["final_eval"]["valid_unseen"]["per_task_success"] == low["steps"]
     # the same arm name with another recipe must not silently reuse the finished run
     assert main([*base, *overrides, "--variant", "demos: warmstart.num_demos=32"]) == 2
     # and the baseline runs are what `results quickstart` reads, with the same check
@@ -162,6 +187,7 @@ def test_quickstart_variants_record_pairs_whole_recipes_by_seed_and_task(tmp_pat
     text = md.read_text()
     assert "Quickstart recipes side by side" in text and "wall (min) per seed" in text
     assert "`warmstart.num_demos: 16 -> 24`" in text
+    assert "Re-evaluated with `eval.sampling` `temperature=0.05` (`t0.05`)" in text
 
 
 def _cfg(overrides):

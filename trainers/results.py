@@ -87,14 +87,27 @@ def reeval(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
     cache = out / cache_name
     if cache.exists():
         rec = json.loads(cache.read_text())
-        if rec.get("measured") == measured:
+        if rec.get("measured") == measured and "per_task" in rec:
             return {c: rec[c] for c in CHECKPOINTS}
-    rec = {}
+    rec, per_task = {}, {}
     for ckpt in CHECKPOINTS:
         res = evaluate_checkpoint(cfg, str(out / ckpt), progress=progress)
         rec[ckpt] = {split: m["success"] for split, m in res.items()}
-    _write(cache, dict(rec, measured=measured))
+        per_task[ckpt] = {split: m["per_task_success"] for split, m in res.items()}
+    _write(cache, dict(rec, per_task=per_task, measured=measured))
     return rec
+
+
+def reeval_summary(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
+                   progress: bool = True) -> dict:
+    """:func:`reeval` as the part of a run's ``summary.json`` that paired comparisons
+    read: ``{"warmstart_eval"|"final_eval": {split: {"success", "per_task_success"}}}``."""
+    reeval(run_cfg, out, sampling, cache_name, progress)
+    rec = json.loads((out / cache_name).read_text())
+    return {f"{c}_eval": {split: {"success": rec[c][split],
+                                  "per_task_success": rec["per_task"][c][split]}
+                          for split in rec[c]}
+            for c in CHECKPOINTS}
 
 
 DECODING_NAME = re.compile(r"[a-z0-9][a-z0-9_.=-]*")
@@ -188,15 +201,27 @@ QUICKSTART_VARIANT_MAY_NOT_CHANGE = ("env", "eval", "output_dir", "seed")
 BASELINE_ARM = "baseline"
 
 
+def _arm_dir(runs_root: Path, arm: str, seed: int) -> Path:
+    root = runs_root if arm == BASELINE_ARM else runs_root / "variants" / arm
+    return root / f"seed_{seed}"
+
+
 def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
                         seeds: Sequence[int], out_json: Path, command: str, runs_root: Path,
-                        split: str, progress: bool = True) -> dict:
+                        split: str, progress: bool = True,
+                        decodings: dict[str, dict] | None = None) -> dict:
     """The quickstart (arm ``baseline``, runs in ``runs_root/seed_<s>``, as
     :func:`quickstart_seeds` writes them) against whole-recipe variants (more demos, more
     RL steps, ...; runs in ``runs_root/variants/<name>/seed_<s>``), every run a full
     ``turngym train`` alone.  Arms are paired by seed and by evaluation task; the record
     has :func:`compare_record`'s schema for ``split`` (baseline ``baseline``) plus each
-    run's wall time, so whether a variant fits the quickstart's budget is read off it."""
+    run's wall time, so whether a variant fits the quickstart's budget is read off it.
+
+    ``decodings`` (name -> ``eval.sampling`` overrides): every arm's warm start and final
+    policy is also re-evaluated so, on the same tasks, and compared again, under
+    ``record["decodings"][name]`` (same schema, plus ``sampling``).  That is how a
+    recipe that changes the training sampler is compared with the baseline at the
+    decoding it was trained for (a variant may not change ``eval`` itself)."""
     from .compare import check_variants, config_changes_from, summarize_comparison
 
     check_variants(cfg, variants, QUICKSTART_VARIANT_MAY_NOT_CHANGE,
@@ -209,9 +234,8 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
     runs: dict = {}
     walls: dict = {}
     for name, arm_cfg in arms.items():
-        root = runs_root if name == BASELINE_ARM else runs_root / "variants" / name
         for seed in seeds:
-            out = root / f"seed_{seed}"
+            out = _arm_dir(runs_root, name, seed)
             run_cfg = OmegaConf.merge(arm_cfg, {"seed": int(seed), "output_dir": str(out)})
             summary, wall = _seed_run(run_cfg, out, progress)
             runs.setdefault(name, {})[int(seed)] = summary
@@ -220,6 +244,19 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
     results["arms"] = {n: config_changes_from(cfg, v) for n, v in arms.items()}
     record = compare_record(results, split, command)
     record["wall_s"] = walls
+    for dname, sampling in (decodings or {}).items():
+        again: dict = {}
+        for name, arm_cfg in arms.items():
+            for seed in seeds:
+                out = _arm_dir(runs_root, name, seed)
+                run_cfg = OmegaConf.merge(arm_cfg, {"seed": int(seed), "output_dir": str(out)})
+                again.setdefault(name, {})[int(seed)] = reeval_summary(
+                    run_cfg, out, sampling, f"reeval_{dname}.json", progress)
+        res = summarize_comparison(again, list(arms), list(cfg.env.eval_splits), BASELINE_ARM)
+        sub = compare_record(res, split, command)
+        record.setdefault("decodings", {})[dname] = {
+            "sampling": dict(sampling), "estimators": sub["estimators"],
+            f"vs_{BASELINE_ARM}": sub[f"vs_{BASELINE_ARM}"], "all_splits": sub["all_splits"]}
     _write(out_json, record)
     return record
 
@@ -321,6 +358,14 @@ def render_compare(rec: dict, title: str) -> list[str]:
 
 def render_variants(rec: dict, title: str) -> list[str]:
     lines = render_compare(rec, title)
+    base = rec["baseline"]
+    for dname, d in rec.get("decodings", {}).items():
+        what = " ".join(f"`{k}={v}`" for k, v in d["sampling"].items())
+        sub = dict(rec, estimators=d["estimators"], **{f"vs_{base}": d[f"vs_{base}"]})
+        table = render_compare(sub, title)[6:]  # the header row onwards
+        lines += [(f"Re-evaluated with `eval.sampling` {what} (`{dname}`): the same "
+                   "checkpoints, tasks and seeds, warm start included; same columns."), ""]
+        lines += table
     lines += ["What each arm changes, and each seed's wall time (every run alone on the "
               "machine below):", "", "| arm | changes | wall (min) per seed |", "|---|---|---|"]
     for name, walls in rec["wall_s"].items():
@@ -420,6 +465,10 @@ RESULT_FILES = {
     "quickstart_variants_s14.json": (
         "variants", "Quickstart, a penalty on turns that revisit a state; a third of the "
         "corrupted demo actions", False),
+    "quickstart_variants_s17.json": (
+        "variants",
+        "Quickstart, RL at sampling temperature 0.7 and 0.5 (compared at T = 1, 0.7 and 0.5)",
+        False),
     "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
     "compare_textworld_long.json": (
         "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),

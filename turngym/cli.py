@@ -120,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--decoding", action="append", metavar="'NAME: KEY=VALUE ...'",
                     help="quickstart: also re-evaluate each run's warm start and final policy "
                          "with these eval.sampling settings (repeat), e.g. --decoding "
-                         "'t0.4: temperature=0.4'")
+                         "'t0.4: temperature=0.4'; with --variant, every arm is re-evaluated "
+                         "and compared again at each decoding")
     rs.add_argument("--no-progress", action="store_true")
     rs.add_argument("overrides", nargs="*")
     c.add_argument("--no-progress", action="store_true")
@@ -338,9 +339,6 @@ def _results(args) -> int:
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     from .trainers.results import parse_decoding
     decodings = dict(parse_decoding(d) for d in args.decoding or [])
-    if decodings and args.variant:
-        from .config import ConfigError
-        raise ConfigError("--decoding applies to `turngym results quickstart` without --variant")
     if args.variant:
         from .trainers.compare import t_interval_note
         from .trainers.results import quickstart_variants
@@ -348,15 +346,19 @@ def _results(args) -> int:
                                   Path(args.dir) / "quickstart_variants.json",
                                   args.command_line, Path(args.runs),
                                   args.split or list(cfg.env.eval_splits)[-1],
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, decodings=decodings)
         base = rec["baseline"]
-        for name, e in rec["estimators"].items():
-            d = rec[f"vs_{base}"].get(name)
-            print(f"{name}: final {rec['split']} {e['mean']:.3f} [{e['ci95'][0]:.3f}, "
-                  f"{e['ci95'][1]:.3f}] (per seed {', '.join(f'{x:.3f}' for x in e['final'])})"
-                  + (f"; vs {base} {d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, "
-                     f"{d['ci95'][1]:+.3f}]{t_interval_note(d)}" if d else "")
-                  + f"; wall {max(rec['wall_s'][name]) / 60:.1f} min at most")
+        tables = [("", rec)] + [(f" [{n}]", d) for n, d in rec.get("decodings", {}).items()]
+        for label, tab in tables:
+            for name, e in tab["estimators"].items():
+                d = tab[f"vs_{base}"].get(name)
+                print(f"{name}{label}: final {rec['split']} {e['mean']:.3f} [{e['ci95'][0]:.3f}, "
+                      f"{e['ci95'][1]:.3f}] (per seed "
+                      f"{', '.join(f'{x:.3f}' for x in e['final'])}; warm start "
+                      f"{', '.join(f'{x:.3f}' for x in e['warmstart'])})"
+                      + (f"; vs {base} {d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, "
+                         f"{d['ci95'][1]:+.3f}]{t_interval_note(d)}" if d else "")
+                      + f"; wall {max(rec['wall_s'][name]) / 60:.1f} min at most")
         return 0
     rec = quickstart_seeds(cfg, seeds, Path(args.dir) / "quickstart.json",
                            args.command_line, Path(args.runs),
