@@ -56,12 +56,13 @@ def forward_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logits / temperature``: the logits of the distribution a sampler at that
-    temperature draws from (``logits`` itself, not a copy, at 1.0)."""
+    temperature draws from (``logits`` itself, not a copy, at 1.0).  Divided in float32,
+    as the samplers do: bf16 autocast logits divided in bf16 round by up to ~0.07 nats."""
     if temperature == 1.0:
         return logits
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    return logits / temperature
+    return logits.float() / temperature
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -135,11 +136,12 @@ def sequence_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int, budget:
 
 
 def sequence_entropies(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int = 16384,
-                       precision: str | None = None) -> list[list[float]]:
-    """Per token of each sequence, the entropy of the distribution that produced it
-    (entry 0 is 0.0)."""
+                       precision: str | None = None, temperature: float = 1.0
+                       ) -> list[list[float]]:
+    """Per token of each sequence, the entropy of the distribution that produced it, the
+    model's at ``temperature`` (entry 0 is 0.0)."""
     return _per_sequence(model, seqs, pad_id, budget, precision,
-                         lambda logits, ids: token_entropies(logits))
+                         lambda logits, ids: token_entropies(tempered(logits, temperature)))
 
 
 # ------------------------------------------------------------------------ KV cache

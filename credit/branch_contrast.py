@@ -125,7 +125,8 @@ def branch_contrast(group: TrajectoryGroup, p: BranchContrastParams,
     if pol is None:  # the trainer hands estimators an HFPolicy over its own model
         raise ValueError("branch_contrast needs a policy with the trainer's model (HasModel) "
                          "to read entropies")
-    ents = response_entropies(pol.model, trajs, pol.pad_id, precision=pol.precision)
+    ents = response_entropies(pol.model, trajs, pol.pad_id, precision=pol.precision,
+                              temperature=ctx.sampling_temperature)
     nodes = select_nodes(ents, p.budget, p.entropy_topk, p.path_decay, p.node_decay,
                          p.node_window)
     k = p.branches_per_node

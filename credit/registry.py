@@ -35,6 +35,7 @@ class CreditContext:
     reference_scorer: Any = None  # GoldScorer over the frozen reference model
     judge: Any = None  # segment role judge (credit.roles.Judge)
     brancher: Any = None  # BranchPoints -> continuation Trajectories (exact-prefix resume)
+    sampling_temperature: float = 1.0  # what the rollouts (and branches) sample at
     extras: dict = field(default_factory=dict)
 
     def need(self, name: str, estimator: str) -> Any:

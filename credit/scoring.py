@@ -272,17 +272,18 @@ def turn_scores(scorer: "GoldScorer", trajs: Sequence[Trajectory], how: str = "m
 
 
 def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
-                       max_batch_tokens: int = 16384, precision: str | None = None
-                       ) -> list[list[np.ndarray]]:
+                       max_batch_tokens: int = 16384, precision: str | None = None,
+                       temperature: float = 1.0) -> list[list[np.ndarray]]:
     """``out[i][t]``: the policy's entropy (nats) at each response token of turn t of
-    trajectory i -- the entropy of the distribution that produced the token.  Agent
-    tokens only: observation tokens are never candidates for anything."""
+    trajectory i -- the entropy of the distribution that produced the token (the model's
+    at the sampling ``temperature``).  Agent tokens only: observation tokens are never
+    candidates for anything."""
     seqs, where = [], []
     for i, tr in enumerate(trajs):
         for sq in tr.sequences():
             seqs.append(sq.ids)
             where.append((i, sq))
-    ents = sequence_entropies(model, seqs, pad_id, max_batch_tokens, precision)
+    ents = sequence_entropies(model, seqs, pad_id, max_batch_tokens, precision, temperature)
     out: list[list] = [[None] * tr.num_turns for tr in trajs]
     for (i, sq), e in zip(where, ents):
         for t, (a, b) in zip(sq.turns, sq.spans):

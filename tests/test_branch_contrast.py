@@ -166,3 +166,42 @@ def test_branch_budget_without_kv_sessions(tiny_stack):
     assert len(cont.turns[0].response_ids) == 1
     assert list(cont.turns[0].prompt_ids) + list(cont.turns[0].response_ids) == \
         traj.token_ids()[:e]
+
+
+def test_entropy_screen_reads_the_distribution_the_branches_sample_from(tiny_stack):
+    """CBPO picks branch nodes by the entropy of the distribution that produced each token:
+    at sampling temperature T that is softmax(logits / T), not the T = 1 one; the trainer's
+    context carries the rollouts' temperature to the screen."""
+    import torch
+
+    from turngym.credit.scoring import response_entropies
+    from turngym.trainers.credit import Brancher, credit_context
+    tok, model, prompter = tiny_stack
+    policy, _, pool, cfg, groups, _, _ = _setup(tiny_stack, temperature=0.5)
+    traj = groups[0].trajectories[0]
+    at_t = response_entropies(model, [traj], tok.pad_token_id, temperature=0.5)[0]
+    at_1 = response_entropies(model, [traj], tok.pad_token_id)[0]
+    ids = torch.tensor([traj.token_ids()])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    lp = torch.log_softmax(logits / 0.5, -1)
+    want = -(lp.exp() * lp).sum(-1)  # entropy of the distribution at each position
+    s, e = traj.response_spans()[0]
+    assert np.allclose(at_t[0], want[s - 1:e - 1].numpy(), atol=1e-4)
+    assert np.abs(at_t[0] - at_1[0]).max() > 0.01
+    ctx = credit_context("branch_contrast", None, policy, model, None, tok,
+                         Brancher(policy, prompter, pool, cfg))
+    assert ctx.sampling_temperature == 0.5
+    seen = []
+    import turngym.credit.branch_contrast as bc
+    real = bc.response_entropies
+
+    def spy(*a, **kw):
+        seen.append(kw.get("temperature"))
+        return real(*a, **kw)
+    bc.response_entropies = spy
+    try:
+        assign_credit("branch_contrast", groups[:1], {"budget": 1}, ctx)
+    finally:
+        bc.response_entropies = real
+    assert seen == [0.5]

@@ -167,15 +167,18 @@ def test_quickstart_variants_record_pairs_whole_recipes_by_seed_and_task(tmp_pat
     assert abs(d["diff_mean"] - (sum(low["steps"]) - sum(low["baseline"])) / 3) < 1e-9
     out = capsys.readouterr().out
     assert "steps [t0.05]: final valid_unseen" in out
-    # a cache written before per-task results were kept is measured again, not misread
-    from turngym.trainers.results import reeval_summary
-    old = dict(caches["steps"])
+    # a cache written before per-task results were kept still answers what it has (the
+    # success rates) but is measured again, not misread, when per-task results are needed
+    from turngym.trainers.results import reeval, reeval_summary
+    old = dict(caches["steps"], final={"valid_unseen": 7.0})  # only a cache read says 7
     del old["per_task"]
     (dirs["steps"] / "reeval_t0.05.json").write_text(json.dumps(old))
     step_cfg = _cfg(overrides + ["rl.steps=2", f"output_dir={dirs['steps']}"])
-    got = reeval_summary(step_cfg, dirs["steps"], {"temperature": 0.05}, "reeval_t0.05.json",
-                         progress=False)
+    args = (step_cfg, dirs["steps"], {"temperature": 0.05}, "reeval_t0.05.json")
+    assert reeval(*args, progress=False)["final"] == {"valid_unseen": 7.0}
+    got = reeval_summary(*args, progress=False)
     assert got["final_eval"]["valid_unseen"]["per_task_success"] == low["steps"]
+    assert got["final_eval"]["valid_unseen"]["success"] == caches["steps"]["final"]["valid_unseen"]
     # the same arm name with another recipe must not silently reuse the finished run
     assert main([*base, *overrides, "--variant", "demos: warmstart.num_demos=32"]) == 2
     # and the baseline runs are what `results quickstart` reads, with the same check

@@ -205,3 +205,22 @@ def test_rl_sampler_settings_the_trainer_cannot_match_are_config_errors():
     with pytest.raises(ConfigError, match="top_p < 1 with rl.recompute_logprobs=false"):
         load_config("quickstart", ["agent.sampling.top_p=0.9", "rl.recompute_logprobs=false"])
     assert load_config("quickstart", ["agent.sampling.top_p=0.9"]).agent.sampling.top_p == 0.9
+
+
+def test_tempered_logits_are_divided_in_float32():
+    """Under bf16 autocast the logits arrive in bf16; divided there they round by up to
+    ~0.07 nats at logits ~20, unlike the samplers, which divide in float32."""
+    from turngym.agents.numerics import tempered
+    logits = (torch.randn(4, 50) * 20).to(torch.bfloat16)
+    out = tempered(logits, 0.7)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, logits.float() / 0.7)
+    assert tempered(logits, 1.0) is logits
+
+
+def test_greedy_sft_only_run_at_temperature_zero_trains_and_evaluates(tmp_path):
+    out = tmp_path / "run"
+    summary = train(load_config("quickstart", SMOKE + [
+        f"output_dir={out}", "rl.steps=0", "agent.sampling.greedy=true",
+        "agent.sampling.temperature=0"]), progress=False)
+    assert "final_eval" in summary

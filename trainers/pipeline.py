@@ -213,7 +213,8 @@ def setup_rl(cfg: DictConfig, model, tok, point: ResumePoint, world: World) -> R
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
                                     precision=cfg.model.autocast,
-                                    temperature=cfg.agent.sampling.temperature)
+                                    temperature=1.0 if cfg.agent.sampling.greedy
+                                    else cfg.agent.sampling.temperature)
     policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
                           seed=cfg.seed + world.rank, precision=cfg.model.autocast)
     if isinstance(policy, SupportsWeightSync) and (point.checkpoint is not None

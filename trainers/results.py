@@ -78,6 +78,14 @@ def reeval(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
     "final": ...}``.  Cached in ``RUN/cache_name`` with what it measured (each
     checkpoint's manifest digest and the eval config); a resumed run's new ``final/`` or
     another evaluation is measured again, never read from a stale cache."""
+    rec = _reeval_record(run_cfg, out, sampling, cache_name, progress)
+    return {c: rec[c] for c in CHECKPOINTS}
+
+
+def _reeval_record(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
+                   progress: bool, per_task: bool = False) -> dict:
+    """The cache record behind :func:`reeval` (with ``per_task`` success lists: a cache
+    written before they were kept is measured again only when they are needed)."""
     from .evaluate import evaluate_checkpoint
 
     cfg = OmegaConf.merge(run_cfg, {"eval": {"sampling": dict(sampling)}})
@@ -87,23 +95,23 @@ def reeval(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
     cache = out / cache_name
     if cache.exists():
         rec = json.loads(cache.read_text())
-        if rec.get("measured") == measured and "per_task" in rec:
-            return {c: rec[c] for c in CHECKPOINTS}
-    rec, per_task = {}, {}
+        if rec.get("measured") == measured and (not per_task or "per_task" in rec):
+            return rec
+    rec: dict = {"per_task": {}}
     for ckpt in CHECKPOINTS:
         res = evaluate_checkpoint(cfg, str(out / ckpt), progress=progress)
         rec[ckpt] = {split: m["success"] for split, m in res.items()}
-        per_task[ckpt] = {split: m["per_task_success"] for split, m in res.items()}
-    _write(cache, dict(rec, per_task=per_task, measured=measured))
+        rec["per_task"][ckpt] = {split: m["per_task_success"] for split, m in res.items()}
+    _write(cache, dict(rec, measured=measured))
     return rec
 
 
 def reeval_summary(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
                    progress: bool = True) -> dict:
     """:func:`reeval` as the part of a run's ``summary.json`` that paired comparisons
-    read: ``{"warmstart_eval"|"final_eval": {split: {"success", "per_task_success"}}}``."""
-    reeval(run_cfg, out, sampling, cache_name, progress)
-    rec = json.loads((out / cache_name).read_text())
+    read: ``{"warmstart_eval"|"final_eval": {split: {"success", "per_task_success"}}}``
+    (a cache written without per-task results is measured again)."""
+    rec = _reeval_record(run_cfg, out, sampling, cache_name, progress, per_task=True)
     return {f"{c}_eval": {split: {"success": rec[c][split],
                                   "per_task_success": rec["per_task"][c][split]}
                           for split in rec[c]}
@@ -362,7 +370,8 @@ def render_variants(rec: dict, title: str) -> list[str]:
     for dname, d in rec.get("decodings", {}).items():
         what = " ".join(f"`{k}={v}`" for k, v in d["sampling"].items())
         sub = dict(rec, estimators=d["estimators"], **{f"vs_{base}": d[f"vs_{base}"]})
-        table = render_compare(sub, title)[6:]  # the header row onwards
+        full = render_compare(sub, title)
+        table = full[next(i for i, line in enumerate(full) if line.startswith("| estimator")):]
         lines += [(f"Re-evaluated with `eval.sampling` {what} (`{dname}`): the same "
                    "checkpoints, tasks and seeds, warm start included; same columns."), ""]
         lines += table
