@@ -108,13 +108,21 @@ def check_compatible(cfg) -> None:
     log-probs by the *sampler's* log-probs.  A vLLM engine that samples in another
     dtype than the trainer computes in (``model.autocast``, else ``model.dtype``)
     would put that rounding gap into every ratio, so such a config is refused
-    with the two fixes.  Engines in the trainer's dtype, recomputed old
+    with the two fixes; so is an engine told (``engine_kwargs.logprobs_mode``) to report
+    log-probs before temperature and top-p.  Engines in the trainer's dtype, recomputed old
     log-probs, and the transformers backend (it samples with the trainer's own
     module) all pass.  Call it once the config is loaded, before training starts.
     """
     if _value(cfg.agent.backend) != "vllm" or cfg.rl.recompute_logprobs:
         return
     v = cfg.agent.vllm
+    mode = (v.engine_kwargs or {}).get("logprobs_mode", "processed_logprobs")
+    if str(_value(mode)) != "processed_logprobs":
+        raise ValueError(
+            f"agent.vllm.engine_kwargs.logprobs_mode={mode} makes the engine report log-probs "
+            "before temperature and top-p, and rl.recompute_logprobs=false would use them as "
+            "the PPO ratio's old log-probs (the trainer scores the tempered distribution). "
+            "Drop that engine kwarg or set rl.recompute_logprobs=true.")
     engine = _value((v.engine_kwargs or {}).get("dtype", v.dtype))
     trainer = _value(cfg.model.autocast or cfg.model.dtype)
     if str(engine) != str(trainer):

@@ -384,6 +384,13 @@ def test_check_compatible_refuses_a_sampler_dtype_the_trainer_does_not_share():
     check_compatible(_cfg("agent.backend=vllm", "model.autocast=bfloat16",
                           "rl.recompute_logprobs=false"))
     check_compatible(_cfg())  # the transformers backend samples with the trainer's module
+    # log-probs reported before temperature/top-p cannot be the ratio's old log-probs
+    with pytest.raises(ValueError, match="logprobs_mode=raw_logprobs"):
+        check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=float32",
+                              "rl.recompute_logprobs=false",
+                              "agent.vllm.engine_kwargs={logprobs_mode: raw_logprobs}"))
+    check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=true",
+                          "agent.vllm.engine_kwargs={logprobs_mode: raw_logprobs}"))
 
 
 def test_engine_start_state_is_put_back():
