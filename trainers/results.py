@@ -241,11 +241,13 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
     arms = {BASELINE_ARM: cfg, **variants}
     runs: dict = {}
     walls: dict = {}
-    for name, arm_cfg in arms.items():
+    run_cfgs = {(name, int(seed)): OmegaConf.merge(arm_cfg, {
+                    "seed": int(seed), "output_dir": str(_arm_dir(runs_root, name, seed))})
+                for name, arm_cfg in arms.items() for seed in seeds}
+    for name in arms:
         for seed in seeds:
             out = _arm_dir(runs_root, name, seed)
-            run_cfg = OmegaConf.merge(arm_cfg, {"seed": int(seed), "output_dir": str(out)})
-            summary, wall = _seed_run(run_cfg, out, progress)
+            summary, wall = _seed_run(run_cfgs[name, int(seed)], out, progress)
             runs.setdefault(name, {})[int(seed)] = summary
             walls.setdefault(name, []).append(wall)
     results = summarize_comparison(runs, list(arms), list(cfg.env.eval_splits), BASELINE_ARM)
@@ -254,12 +256,11 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
     record["wall_s"] = walls
     for dname, sampling in (decodings or {}).items():
         again: dict = {}
-        for name, arm_cfg in arms.items():
+        for name in arms:
             for seed in seeds:
-                out = _arm_dir(runs_root, name, seed)
-                run_cfg = OmegaConf.merge(arm_cfg, {"seed": int(seed), "output_dir": str(out)})
                 again.setdefault(name, {})[int(seed)] = reeval_summary(
-                    run_cfg, out, sampling, f"reeval_{dname}.json", progress)
+                    run_cfgs[name, int(seed)], _arm_dir(runs_root, name, seed), sampling,
+                    f"reeval_{dname}.json", progress)
         res = summarize_comparison(again, list(arms), list(cfg.env.eval_splits), BASELINE_ARM)
         sub = compare_record(res, split, command)
         record.setdefault("decodings", {})[dname] = {
