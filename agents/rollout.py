@@ -56,6 +56,12 @@ class RolloutConfig:
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.greedy)
 
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature of the distribution the sampler's log-probs (and tokens) come from:
+        the one the trainer and the entropy screen must score (greedy: the model's own)."""
+        return 1.0 if self.greedy else self.temperature
+
 
 def clean_info(info: dict, keep_admissible: bool) -> dict:
     """An env info as a Turn keeps it (bulky keys dropped unless asked for)."""

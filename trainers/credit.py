@@ -54,8 +54,8 @@ def credit_context(name: str, params: Any, policy, model, ref, tokenizer,
     if not isinstance(policy, HasModel):  # e.g. vLLM: estimators read entropies off the
         policy = HFPolicy(model, tokenizer, precision=precision)  # trainer's copy instead
     ctx = credit_lib.CreditContext(policy=policy, reference=ref, brancher=brancher)
-    if brancher is not None and not brancher.rcfg.greedy:
-        ctx.sampling_temperature = brancher.rcfg.temperature
+    if brancher is not None:
+        ctx.sampling_temperature = brancher.rcfg.logprob_temperature
     template = getattr(params, "answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
     if "scorer" in needs:
         ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template, precision=precision)

@@ -210,11 +210,11 @@ def setup_rl(cfg: DictConfig, model, tok, point: ResumePoint, world: World) -> R
     if point.checkpoint is not None:
         _restore_optimizer(point.checkpoint, model, opt, sharded)
         ckpts.load_rng(point.checkpoint)
+    rcfg = rollout_config(cfg)
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
                                     precision=cfg.model.autocast,
-                                    temperature=1.0 if cfg.agent.sampling.greedy
-                                    else cfg.agent.sampling.temperature)
+                                    temperature=rcfg.logprob_temperature)
     policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
                           seed=cfg.seed + world.rank, precision=cfg.model.autocast)
     if isinstance(policy, SupportsWeightSync) and (point.checkpoint is not None
@@ -222,7 +222,6 @@ def setup_rl(cfg: DictConfig, model, tok, point: ResumePoint, world: World) -> R
         policy.sync_weights(_export(model, sharded))  # the engine started from the warm start
     prompter = ChatPrompter(tok, cfg.agent.system_prompt)
     pool = EnvPool(env_factory(cfg, cfg.env.train_split))
-    rcfg = rollout_config(cfg)
     brancher = Brancher(policy, prompter, pool, rcfg, point.step)
     ctx = credit_context(name, params, policy, model, ref, tok, brancher, cfg.model.autocast)
     return RLRun(model, tok, ref, opt, trainer, policy,
