@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..types import ContextMode, Trajectory
+from .constraints import ADMISSIBLE_KEY
 from .policy import Policy
 from .prompting import ChatPrompter
 from .rollout import EnvPool, RolloutConfig, run_episodes, start_episode, to_trajectory
@@ -75,7 +76,8 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
                                  f"{cfg.context_mode} mode")
             e = start_episode(env, bp.task_seed, bp.group_id, prompter, cfg)
             for a in bp.actions:
-                _, _, term, trunc, _ = env.step(a)
+                _, _, term, trunc, info = env.step(a)
+                e.commands = tuple(info.get(ADMISSIBLE_KEY) or ())
                 if term or trunc:
                     raise ValueError(f"replaying {len(bp.actions)} actions of task "
                                      f"{bp.task_seed} ended the episode early")

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import torch
 
+from .constraints import ActionChoices
 from .policy import Sample, SamplingParams, decode_response, stop_ids_for
 from .numerics import (autocast, cache_kwarg, cache_of, growing_cache, right_pad,
                        sequence_logprobs)
@@ -28,6 +29,8 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 class HFPolicy:
     """A ``transformers`` causal LM behind the :class:`~turngym.agents.policy.Policy` API."""
+
+    supports_choices = True  # SupportsConstrainedDecoding
 
     def __init__(self, model, tokenizer, stop_token_ids: Sequence[int] | None = None,
                  max_batch_size: int = 64, generator_seed: int | None = None,
@@ -55,11 +58,16 @@ class HFPolicy:
 
     # ---------------------------------------------------------------- sampling
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Sample]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 choices: Sequence[ActionChoices | None] | None = None) -> list[Sample]:
+        """One continuation per prompt; ``choices[i]`` (constrained decoding) restricts
+        prompt i's response to those token sequences."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if choices is not None and len(choices) != len(prompts):
+            raise ValueError("one choices entry (or None) per prompt")
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Sample | None] = [None] * len(prompts)
         was_training = self.model.training
@@ -67,15 +75,17 @@ class HFPolicy:
         try:
             for start in range(0, len(order), self.max_batch_size):
                 idx = order[start:start + self.max_batch_size]
-                for i, s in zip(idx, self._generate_chunk([prompts[i] for i in idx], params)):
+                sub = None if choices is None else [choices[i] for i in idx]
+                for i, s in zip(idx, self._generate_chunk([prompts[i] for i in idx], params,
+                                                          sub)):
                     out[i] = s
         finally:
             self.model.train(was_training)
         return out  # type: ignore[return-value]
 
-    def _generate_chunk(self, prompts, params: SamplingParams) -> list[Sample]:
+    def _generate_chunk(self, prompts, params: SamplingParams, choices=None) -> list[Sample]:
         session = KVSession(self, len(prompts))
-        return session.generate(list(range(len(prompts))), prompts, params)
+        return session.generate(list(range(len(prompts))), prompts, params, choices=choices)
 
     def open_session(self, num_rows: int) -> "KVSession":
         """A multi-turn generation session that keeps each row's KV cache across turns,
@@ -123,9 +133,11 @@ class KVSession:
 
     @torch.no_grad()
     def generate(self, rows: Sequence[int], new_tokens: Sequence[Sequence[int]],
-                 params: SamplingParams, max_new: Sequence[int] | None = None) -> list[Sample]:
+                 params: SamplingParams, max_new: Sequence[int] | None = None,
+                 choices: Sequence[ActionChoices | None] | None = None) -> list[Sample]:
         """Appends ``new_tokens[k]`` to row ``rows[k]`` and samples a continuation for each
-        (at most ``max_new[k]`` tokens when given, else ``params.max_new_tokens``)."""
+        (at most ``max_new[k]`` tokens when given, else ``params.max_new_tokens``;
+        restricted to ``choices[k]``'s sequences when that is given)."""
         pad = self.policy.pad_id
         chunks = [[] for _ in range(self.B)]
         for r, toks in zip(rows, new_tokens):
@@ -143,11 +155,12 @@ class KVSession:
         self.model.eval()
         try:
             logits = self._forward(ids.to(self.device), new_mask.to(self.device))
-            return self._decode(rows, logits, params, max_new)
+            return self._decode(rows, logits, params, max_new, choices)
         finally:
             self.model.train(was_training)
 
-    def _decode(self, rows, logits, params: SamplingParams, max_new=None) -> list[Sample]:
+    def _decode(self, rows, logits, params: SamplingParams, max_new=None, choices=None
+                ) -> list[Sample]:
         device, pad = self.device, self.policy.pad_id
         stop = torch.tensor(self.policy.stop_token_ids, device=device)
         live = torch.zeros(self.B, dtype=torch.bool, device=device)
@@ -158,7 +171,10 @@ class KVSession:
                                               for m in max_new], device=device)
         toks, lps, alive = [], [], []
         gen = self.policy.generator
+        restrict = _Restriction(rows, choices, self.B, device) if choices is not None else None
         for step in range(params.max_new_tokens):
+            if restrict is not None:
+                logits = restrict.mask(logits, live)
             if params.greedy:
                 lp_all = torch.log_softmax(logits, dim=-1)
                 tok = lp_all.argmax(-1)
@@ -167,6 +183,8 @@ class KVSession:
                 lp_all = torch.log_softmax(scaled, dim=-1)
                 tok = torch.multinomial(lp_all.exp(), 1, generator=gen).squeeze(-1)
             tok = torch.where(live, tok, torch.full_like(tok, pad))
+            if restrict is not None:
+                restrict.advance(tok, live)
             toks.append(tok)
             lps.append(lp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1))
             alive.append(live.clone())
@@ -187,3 +205,36 @@ class KVSession:
             self.unfed[r] = [ids[-1]]
             out.append(Sample(tuple(ids), tuple(lp_mat[r, :n].tolist()), ids[-1] in stops))
         return out
+
+
+class _Restriction:
+    """Per-row prefix tries of a constrained decode: at each step the logits of tokens
+    that continue no allowed sequence are set to -inf (rows without choices untouched)."""
+
+    def __init__(self, rows: Sequence[int], choices: Sequence[ActionChoices | None],
+                 num_rows: int, device: torch.device):
+        if len(choices) != len(rows):
+            raise ValueError("one choices entry (or None) per generated row")
+        self.by_row = {int(r): c for r, c in zip(rows, choices) if c is not None}
+        self.prefix: dict[int, list[int]] = {r: [] for r in self.by_row}
+        self.num_rows, self.device = num_rows, device
+
+    def mask(self, logits: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        if not self.by_row:
+            return logits
+        alive = live.tolist()
+        keep = torch.ones(logits.shape, dtype=torch.bool)
+        for r, c in self.by_row.items():
+            if alive[r]:
+                nxt = c.allowed_next(self.prefix[r])
+                if not nxt:  # every allowed sequence ends with a stop token, which ends the row
+                    raise RuntimeError(f"row {r}: constrained response ran past its choices")
+                keep[r] = False
+                keep[r, nxt] = True
+        return logits.masked_fill(~keep.to(logits.device), float("-inf"))
+
+    def advance(self, tok: torch.Tensor, live: torch.Tensor) -> None:
+        ids, alive = tok.tolist(), live.tolist()
+        for r in self.by_row:
+            if alive[r]:
+                self.prefix[r].append(int(ids[r]))

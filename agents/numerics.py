@@ -19,7 +19,7 @@ import torch
 __all__ = [
     "autocast", "model_device", "forward_logits", "token_logprobs", "token_entropies",
     "right_pad", "cache_kwarg", "cache_of", "growing_cache", "sequence_logprobs",
-    "sequence_entropies", "tempered",
+    "sequence_entropies", "tempered", "restricted",
 ]
 
 _AUTOCAST = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -65,6 +65,31 @@ def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits.float() / temperature
 
 
+def restricted(logits: torch.Tensor, restrictions: Sequence[Sequence] | None) -> torch.Tensor:
+    """``logits`` [B, L, V] with, for every (position p, allowed ids) of row b's
+    restriction, the logits that predict token p (``logits[b, p - 1]``) set to -inf
+    outside the allowed ids: the distribution a constrained sampler drew that token from
+    (agents.constraints).  Out of place and differentiable; ``logits`` itself when no
+    row is restricted."""
+    if not restrictions or not any(restrictions):
+        return logits
+    rows, cols, sub_r, sub_t = [], [], [], []
+    for b, res in enumerate(restrictions):
+        for pos, allowed in res or ():
+            k = len(rows)
+            rows.append(b)
+            cols.append(pos - 1)
+            sub_r.extend([k] * len(allowed))
+            sub_t.extend(allowed)
+    dev = logits.device
+    r_idx = torch.tensor(rows, device=dev)
+    c_idx = torch.tensor(cols, device=dev)
+    sub = logits[r_idx, c_idx]  # [P, V]
+    keep = torch.zeros(sub.shape, dtype=torch.bool, device=dev)
+    keep[torch.tensor(sub_r, device=dev), torch.tensor(sub_t, device=dev)] = True
+    return logits.index_put((r_idx, c_idx), sub.masked_fill(~keep, float("-inf")))
+
+
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Log-prob of ``ids[:, i]`` under ``logits[:, i-1]``; column 0 is 0.  Shape [B, L]."""
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
@@ -76,7 +101,8 @@ def token_entropies(logits: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of the distribution that produced each token: column i is the
     entropy of ``logits[:, i-1]``, column 0 is 0.  Shape [B, L]."""
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    ent = -(lp.exp() * lp).sum(-1)
+    # restricted logits (-inf) have p = 0: 0 * log 0 is 0 here, not nan
+    ent = -(lp.exp() * torch.nan_to_num(lp, neginf=0.0)).sum(-1)
     return torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
 
 
@@ -109,7 +135,8 @@ def _batches_by_budget(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 @torch.no_grad()
 def _per_sequence(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int,
-                  precision: str | None, fn) -> list[list[float]]:
+                  precision: str | None, fn, restrictions: Sequence | None = None
+                  ) -> list[list[float]]:
     device = model_device(model)
     was = model.training
     model.eval()
@@ -118,6 +145,8 @@ def _per_sequence(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int
         for idx in _batches_by_budget([len(s) for s in seqs], budget):
             ids, mask = right_pad([seqs[i] for i in idx], pad_id)
             logits = forward_logits(model, ids.to(device), mask.to(device), precision)
+            if restrictions is not None:
+                logits = restricted(logits, [restrictions[i] for i in idx])
             vals = fn(logits, ids.to(device)).cpu()
             for j, i in enumerate(idx):
                 out[i] = vals[j, : len(seqs[i])].tolist()
@@ -127,21 +156,24 @@ def _per_sequence(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int
 
 
 def sequence_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int = 16384,
-                      precision: str | None = None, temperature: float = 1.0
-                      ) -> list[list[float]]:
+                      precision: str | None = None, temperature: float = 1.0,
+                      restrictions: Sequence | None = None) -> list[list[float]]:
     """Per token of each sequence, its log-prob given the prefix (entry 0 is 0.0), under
-    the model's distribution at ``temperature``."""
+    the model's distribution at ``temperature`` (restricted where ``restrictions[i]``
+    says, see :func:`restricted`)."""
     return _per_sequence(model, seqs, pad_id, budget, precision,
-                         lambda logits, ids: token_logprobs(tempered(logits, temperature), ids))
+                         lambda logits, ids: token_logprobs(tempered(logits, temperature), ids),
+                         restrictions)
 
 
 def sequence_entropies(model, seqs: Sequence[Sequence[int]], pad_id: int, budget: int = 16384,
-                       precision: str | None = None, temperature: float = 1.0
-                       ) -> list[list[float]]:
+                       precision: str | None = None, temperature: float = 1.0,
+                       restrictions: Sequence | None = None) -> list[list[float]]:
     """Per token of each sequence, the entropy of the distribution that produced it, the
-    model's at ``temperature`` (entry 0 is 0.0)."""
+    model's at ``temperature`` (restricted where ``restrictions[i]`` says; entry 0 is 0.0)."""
     return _per_sequence(model, seqs, pad_id, budget, precision,
-                         lambda logits, ids: token_entropies(tempered(logits, temperature)))
+                         lambda logits, ids: token_entropies(tempered(logits, temperature)),
+                         restrictions)
 
 
 # ------------------------------------------------------------------------ KV cache

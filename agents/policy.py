@@ -80,6 +80,15 @@ class SupportsSessions(Protocol):
 
 
 @runtime_checkable
+class SupportsConstrainedDecoding(Protocol):
+    """Sampling restricted to given token sequences (``agent.constrain_actions``):
+    ``generate(..., choices=[ActionChoices | None, ...])`` and sessions likewise; the
+    returned log-probs are those of the restricted distribution."""
+
+    supports_choices: bool
+
+
+@runtime_checkable
 class SupportsWeightSync(Protocol):
     """A sampler holding its own copy of the weights (e.g. a vLLM engine): the trainer
     pushes HF-named tensors after every update."""

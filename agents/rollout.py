@@ -16,14 +16,16 @@ import gymnasium as gym
 
 from ..envs.base import BatchedSteps
 from ..types import ContextMode, StopReason, Trajectory, TrajectoryGroup, Turn
+from .constraints import ADMISSIBLE_KEY, ActionChoices, ActionConstraint
 from .observation import ObservationView
 from .parsing import INVALID_FORMAT_MESSAGE, ParsedAction, get_parser
-from .policy import Policy, Sample, SamplingParams, SupportsSessions
+from .policy import (Policy, Sample, SamplingParams, SupportsConstrainedDecoding,
+                     SupportsSessions)
 from .prompting import ChatPrompter
 from .transcript import Transcript
 
 # info keys too bulky to keep on every turn
-_DROP_INFO = ("admissible_commands",)
+_DROP_INFO = (ADMISSIBLE_KEY,)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class RolloutConfig:
     action_parser: str = "action_tag"  # see agents.parsing.PARSERS
     context_mode: ContextMode = ContextMode.FULL
     window_turns: int = 4  # WINDOW mode: exchanges kept besides the task
+    # constrained decoding: each response is one of info["admissible_commands"] written in
+    # ``action_format`` + the stop token (agents.constraints)
+    constrain_actions: bool = False
+    action_format: str = "<action> {action} </action>"
 
     def __post_init__(self) -> None:
         get_parser(self.action_parser)  # fail early on an unknown name
@@ -88,6 +94,7 @@ class Episode:
     info0: dict = field(default_factory=dict)
     start_turn: int = 0  # > 0 for continuations resumed mid-episode (agents.branching)
     response_prefix: list = field(default_factory=list)  # mid-response branch: tokens so far
+    commands: tuple = ()  # the env's admissible commands now (constrained decoding)
 
 
 def start_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter,
@@ -99,7 +106,8 @@ def start_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter
     tid = str(info.get("task_id", f"seed-{seed}"))
     info0 = clean_info(info, cfg.keep_admissible)
     info0["first_observation"] = obs  # for judges; the agent saw it as tokens
-    return Episode(env, int(seed), group_id, tr, tid, info0=info0)
+    return Episode(env, int(seed), group_id, tr, tid, info0=info0,
+                   commands=tuple(info.get(ADMISSIBLE_KEY) or ()))
 
 
 class EnvPool:
@@ -157,6 +165,7 @@ def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[Epis
     """Advances every episode until it is done: one batched generate per turn."""
     params = cfg.sampling()
     parse = get_parser(cfg.action_parser)
+    constraint = _constraint(policy, prompter, cfg)
     # full history on a backend with KV sessions: a turn prefills only its new tokens
     session = (policy.open_session(len(episodes)) if cfg.context_mode is ContextMode.FULL
                and isinstance(policy, SupportsSessions) else None)
@@ -168,19 +177,49 @@ def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[Epis
         # a mid-response branch has part of its response already: only the rest is new
         budget = [params.max_new_tokens - len(e.response_prefix) for e in live]
         prompts = [e.transcript.prompt() for e in live]
+        full = rest = None
+        if constraint is not None:
+            full = [constraint.choices({ADMISSIBLE_KEY: e.commands}) for e in live]
+            rest = [c.after(e.response_prefix) for c, e in zip(full, live)]
+        extra = {} if rest is None else {"choices": rest}
         if session is not None:
             samples = session.generate(live_idx, [e.transcript.pending() for e in live], params,
-                                       max_new=budget)
+                                       max_new=budget, **extra)
         else:
             samples = [_cut(s, b, policy.stop_token_ids) for s, b in
-                       zip(policy.generate(prompts, params), budget)]
-        parsed = [parse(policy.decode(list(e.response_prefix) + list(s.token_ids)),
-                        require_think=cfg.require_think) for e, s in zip(live, samples)]
+                       zip(policy.generate(prompts, params, **extra), budget)]
+        if full is None:
+            parsed = [parse(policy.decode(list(e.response_prefix) + list(s.token_ids)),
+                            require_think=cfg.require_think) for e, s in zip(live, samples)]
+        else:
+            parsed = [_chosen(c, list(e.response_prefix) + list(s.token_ids))
+                      for c, e, s in zip(full, live, samples)]
         _prepare_steps(live, parsed)
-        for e, s, p, ctx in zip(live, samples, parsed, prompts):
-            _advance(e, s, p, cfg, e.start_turn + len(e.turns), ctx)
+        for k, (e, s, p, ctx) in enumerate(zip(live, samples, parsed, prompts)):
+            allowed = () if rest is None else rest[k].sequences
+            _advance(e, s, p, cfg, e.start_turn + len(e.turns), ctx, allowed)
         if progress is not None:
             progress(len(live))
+
+
+def _constraint(policy: Policy, prompter: ChatPrompter, cfg: RolloutConfig
+                ) -> ActionConstraint | None:
+    if not cfg.constrain_actions:
+        return None
+    if not isinstance(policy, SupportsConstrainedDecoding):
+        raise ValueError(f"agent.constrain_actions: the {type(policy).__name__} backend "
+                         "cannot restrict sampling to given token sequences (use backend hf)")
+    eos = prompter.tok.eos_token_id
+    stop = int(eos) if eos is not None else int(policy.stop_token_ids[0])
+    return ActionConstraint(prompter.tok, cfg.action_format, stop, cfg.max_new_tokens)
+
+
+def _chosen(choices: ActionChoices, ids: Sequence[int]) -> ParsedAction:
+    """The action a constrained response spells (a cut-off one spells none)."""
+    action = choices.action_of(ids)
+    if action is None:
+        return ParsedAction(None, error="constrained response did not finish a command")
+    return ParsedAction(action)
 
 
 def _cut(sample: Sample, n: int, stop_ids) -> Sample:
@@ -211,7 +250,7 @@ def _prepare_steps(live: Sequence[Episode], parsed: Sequence[ParsedAction]) -> N
 
 
 def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, turn_idx: int,
-             context: list[int]) -> None:
+             context: list[int], choices: tuple = ()) -> None:
     action = parsed.action or ""
     info: dict[str, Any]
     try:
@@ -222,6 +261,7 @@ def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, tu
         e.stop = StopReason.ERROR
     shown = cfg.view.render(obs, info)
     plain = obs
+    e.commands = tuple(info.get(ADMISSIBLE_KEY) or ())
     if not parsed.ok:
         shown, plain = f"{INVALID_FORMAT_MESSAGE} {shown}", f"{INVALID_FORMAT_MESSAGE} {obs}"
     info = clean_info(info, cfg.keep_admissible)
@@ -233,7 +273,7 @@ def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, tu
     # mode the whole window (each turn is its own training row)
     prompt = context if e.transcript.mode is ContextMode.WINDOW else e.transcript.pending()
     e.turns.append(Turn(tuple(prompt), tuple(s.token_ids), (1,) * len(s.token_ids),
-                        tuple(s.logprobs), action, shown, float(reward), info))
+                        tuple(s.logprobs), action, shown, float(reward), info, choices))
     e.total_reward += float(reward)
     e.invalid_streak = 0 if parsed.ok else e.invalid_streak + 1
     prefix, e.response_prefix = e.response_prefix, []

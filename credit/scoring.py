@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..agents.constraints import sequence_restriction
 from ..agents.numerics import autocast, cache_kwarg, cache_of, sequence_entropies
 from ..types import Trajectory
 
@@ -278,12 +279,14 @@ def response_entropies(model, trajs: Sequence[Trajectory], pad_id: int = 0,
     trajectory i -- the entropy of the distribution that produced the token (the model's
     at the sampling ``temperature``).  Agent tokens only: observation tokens are never
     candidates for anything."""
-    seqs, where = [], []
+    seqs, where, res = [], [], []
     for i, tr in enumerate(trajs):
         for sq in tr.sequences():
             seqs.append(sq.ids)
             where.append((i, sq))
-    ents = sequence_entropies(model, seqs, pad_id, max_batch_tokens, precision, temperature)
+            res.append(sequence_restriction(tr, sq))  # constrained turns: restricted entropy
+    ents = sequence_entropies(model, seqs, pad_id, max_batch_tokens, precision, temperature,
+                              res)
     out: list[list] = [[None] * tr.num_turns for tr in trajs]
     for (i, sq), e in zip(where, ents):
         for t, (a, b) in zip(sq.turns, sq.spans):

@@ -49,6 +49,7 @@ def test_plugin_trains_end_to_end(plugin, tmp_path):
     code = main(["train", "--plugin", plugin, "--no-progress", "--config", "quickstart",
                  "env.id=myplugin/Counter-v0", "env.eval_splits=[train]",
                  "rl.credit.name=last_turn", "rl.credit.params.weight=2.0",
+                 "agent.constrain_actions=false",  # the counter lists no admissible commands
                  "agent.max_turns=6", "warmstart.num_demos=30", "warmstart.epochs=2",
                  "warmstart.epsilon=0.0", "warmstart.corrupt=0.0", "model.hidden_size=32",
                  "model.num_layers=1", "model.num_heads=2", "rl.steps=2",
@@ -58,3 +59,12 @@ def test_plugin_trains_end_to_end(plugin, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["final_eval"]["train"]["episodes"] == 4
     assert "plugins:\n- my_plugin" in (out / "config.yaml").read_text()
+
+
+def test_constrained_decoding_on_an_env_without_commands_is_refused_before_work(plugin,
+                                                                                 tmp_path):
+    out = tmp_path / "counter"
+    code = main(["train", "--plugin", plugin, "--no-progress", "--config", "quickstart",
+                 "env.id=myplugin/Counter-v0", "env.eval_splits=[train]",
+                 "rl.credit.name=last_turn", f"output_dir={out}"])
+    assert code == 2 and not out.exists()  # refused before the run dir or the warm start

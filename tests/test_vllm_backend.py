@@ -235,7 +235,7 @@ def test_training_pipeline_with_the_vllm_backend(fake_vllm, tmp_path):
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
         "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=8",
         "warmstart.epsilon=0.0", "env.eval_splits=[valid_unseen]", "rl.steps=2",
-        "agent.backend=vllm", "agent.vllm.enable_sleep_mode=true", "agent.vllm.dtype=float32",
+        "agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.enable_sleep_mode=true", "agent.vllm.dtype=float32",
         "rl.credit.name=role_judge", "rl.credit.params.zero_outcome=roles",
         f"output_dir={out}"])
     train(cfg, progress=False)
@@ -263,7 +263,7 @@ def test_branch_credit_with_the_engine_branches_there_and_screens_on_the_trainer
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
         "rl.tasks_per_step=2", "rl.group_size=2", "eval.num_tasks=2", "agent.max_turns=8",
         "warmstart.epsilon=0.0", "env.eval_splits=[valid_unseen]", "rl.steps=1",
-        "agent.backend=vllm", "agent.vllm.dtype=float32", f"output_dir={out}"]), progress=False)
+        "agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.dtype=float32", f"output_dir={out}"]), progress=False)
     rl = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert len(rl) == 1 and rl[0]["credit/branches"] > 0  # the engine sampled branches
 
@@ -281,7 +281,7 @@ def test_eval_cli_samples_with_the_engine(fake_vllm, model_dir, tmp_path):
     from turngym.cli import main
     out = tmp_path / "eval.json"
     rc = main(["eval", "--checkpoint", str(model_dir), "--split", "valid_seen", "--json",
-               str(out), "eval.num_tasks=2", "agent.max_turns=2", "agent.backend=vllm"])
+               str(out), "eval.num_tasks=2", "agent.max_turns=2", "agent.backend=vllm", "agent.constrain_actions=false"])
     assert rc == 0 and json.loads(out.read_text())["valid_seen"]["episodes"] == 2
     assert _FakeLLM.instances[0].kwargs["model"] == str(model_dir)
 
@@ -372,24 +372,24 @@ def test_check_compatible_refuses_a_sampler_dtype_the_trainer_does_not_share():
     from turngym.agents.vllm_backend import check_compatible
     # a float32 trainer without recomputed log-probs; the engine's default dtype is bfloat16
     with pytest.raises(ValueError, match=r"rl.recompute_logprobs=true.*agent.vllm.dtype=float32"):
-        check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=false"))
+        check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "rl.recompute_logprobs=false"))
     with pytest.raises(ValueError, match="samples in float16"):
-        check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=bfloat16",
+        check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.dtype=bfloat16",
                               "rl.recompute_logprobs=false",
                               "agent.vllm.engine_kwargs={dtype: float16}",
                               "model.autocast=bfloat16"))
-    check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=true"))
-    check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=float32",
+    check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "rl.recompute_logprobs=true"))
+    check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.dtype=float32",
                           "rl.recompute_logprobs=false"))
-    check_compatible(_cfg("agent.backend=vllm", "model.autocast=bfloat16",
+    check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "model.autocast=bfloat16",
                           "rl.recompute_logprobs=false"))
     check_compatible(_cfg())  # the transformers backend samples with the trainer's module
     # log-probs reported before temperature/top-p cannot be the ratio's old log-probs
     with pytest.raises(ValueError, match="logprobs_mode=raw_logprobs"):
-        check_compatible(_cfg("agent.backend=vllm", "agent.vllm.dtype=float32",
+        check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.dtype=float32",
                               "rl.recompute_logprobs=false",
                               "agent.vllm.engine_kwargs={logprobs_mode: raw_logprobs}"))
-    check_compatible(_cfg("agent.backend=vllm", "rl.recompute_logprobs=true",
+    check_compatible(_cfg("agent.backend=vllm", "agent.constrain_actions=false", "rl.recompute_logprobs=true",
                           "agent.vllm.engine_kwargs={logprobs_mode: raw_logprobs}"))
 
 

@@ -324,7 +324,8 @@ _SMALL = ["model.hidden_size=128", "model.num_heads=2", "model.num_layers=2",
           "warmstart.num_demos=50", "warmstart.epochs=1",
           "eval.num_tasks=4", "agent.max_turns=10", "env.eval_splits=[valid_unseen]",
           "rl.tasks_per_step=2", "rl.group_size=4", "checkpoint.every=0",
-          "agent.backend=vllm", "agent.vllm.dtype=float32", "agent.vllm.enforce_eager=true"]
+          "agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.dtype=float32",
+          "agent.vllm.enforce_eager=true"]
 
 
 def _run(report: Path, args: list[str], timeout: int = 900) -> dict:

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import torch
 
+from ..agents.constraints import Restriction, sequence_restriction
 from ..types import CreditAssignment, Trajectory, TrajectoryGroup
 
 
@@ -22,6 +23,8 @@ class SequenceBatch:
     loss_mask: torch.Tensor  # [B, L] float, 1 on trained response tokens
     advantages: torch.Tensor  # [B, L]
     old_logprobs: torch.Tensor  # [B, L] behaviour log-probs (0 off-mask)
+    # per row, its constrained tokens' allowed ids (agents.numerics.restricted)
+    restrictions: tuple[Restriction, ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -30,7 +33,7 @@ class SequenceBatch:
     def to(self, device) -> "SequenceBatch":
         return SequenceBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask,
                                                        self.loss_mask, self.advantages,
-                                                       self.old_logprobs)))
+                                                       self.old_logprobs)), self.restrictions)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class TokenRow:
     mask: list[float]
     adv: list[float]
     logprobs: list[float]
+    restriction: Restriction = ()  # constrained decoding: what each token was drawn from
 
 
 def trajectory_rows(traj: Trajectory, turn_adv: Sequence[float],
@@ -58,7 +62,7 @@ def trajectory_rows(traj: Trajectory, turn_adv: Sequence[float],
             mask[a:b] = [float(m) for m in turn.response_mask]
             adv[a:b] = list(override) if override is not None else [float(turn_adv[k])] * (b - a)
             lps[a:b] = list(turn.logprobs)
-        rows.append(TokenRow(list(sq.ids), mask, adv, lps))
+        rows.append(TokenRow(list(sq.ids), mask, adv, lps, sequence_restriction(traj, sq)))
     return rows
 
 
@@ -89,7 +93,7 @@ def collate(rows: Sequence[TokenRow], pad_id: int) -> SequenceBatch:
         mask[i, :n] = torch.tensor(r.mask)
         adv[i, :n] = torch.tensor(r.adv)
         old[i, :n] = torch.tensor(r.logprobs)
-    return SequenceBatch(ids, att, mask, adv, old)
+    return SequenceBatch(ids, att, mask, adv, old, tuple(r.restriction for r in rows))
 
 
 def micro_batches(rows: Sequence[TokenRow], token_budget: int) -> list[list[TokenRow]]:

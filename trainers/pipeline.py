@@ -50,7 +50,8 @@ from .metrics import MetricsLogger, plot_learning_curve
 from .rollout import collect_groups
 from .run import ResumePoint, RunError, prepare_run_dir
 from .samples import log_samples
-from .runtime import env_factory, quiet_transformers, rollout_config, seed_everything
+from .runtime import (check_env_offers, env_factory, quiet_transformers, rollout_config,
+                      seed_everything)
 from .summary import summarize, without_tokens
 from .update import PolicyGradientTrainer
 from .warmstart import run_warmstart
@@ -113,6 +114,7 @@ def _train(cfg: DictConfig, world: World, resume: bool, overwrite: bool, progres
     torch.set_num_threads(max(1, cfg.threads))
     seed_everything(cfg.seed)
     t_start = time.time()
+    check_env_offers(cfg)
     point, log = open_run(cfg, world, resume, overwrite)
     model, tok, summary = warm_start_phase(cfg, point, world, log, progress, warm_start)
     if "warmstart_eval" not in summary and warm_start_eval is not None:

@@ -31,6 +31,25 @@ def env_factory(cfg: DictConfig, split: str) -> Callable[[], gym.Env]:
     return make
 
 
+def check_env_offers(cfg: DictConfig) -> None:
+    """Refuses, before any work, agent options the env cannot serve: constrained decoding
+    needs ``info["admissible_commands"]`` (one reset of the training split tells)."""
+    if not cfg.agent.constrain_actions:
+        return
+    from ..agents.constraints import ADMISSIBLE_KEY
+    from ..config import ConfigError
+
+    env = env_factory(cfg, cfg.env.train_split)()
+    try:
+        _, info = env.reset(seed=int(cfg.seed))
+    finally:
+        env.close()
+    if not info.get(ADMISSIBLE_KEY):
+        raise ConfigError(f"agent.constrain_actions=true: {cfg.env.id} does not list "
+                          f"{ADMISSIBLE_KEY!r} in its info, so there is nothing to choose "
+                          "among; set agent.constrain_actions=false (free generation)")
+
+
 def rollout_config(cfg: DictConfig, *, evaluation: bool = False) -> RolloutConfig:
     """Rollout settings of ``agent`` with the training sampler, or the evaluation one."""
     a = cfg.agent
@@ -41,7 +60,8 @@ def rollout_config(cfg: DictConfig, *, evaluation: bool = False) -> RolloutConfi
                          max_invalid_streak=a.max_invalid_streak, require_think=a.require_think,
                          show_admissible=a.show_admissible,
                          show_inventory=a.show_inventory, action_parser=a.action_parser,
-                         context_mode=a.context_mode, window_turns=a.window_turns)
+                         context_mode=a.context_mode, window_turns=a.window_turns,
+                         constrain_actions=a.constrain_actions, action_format=a.action_format)
 
 
 def quiet_transformers() -> None:

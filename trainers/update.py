@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import random
 import warnings
+from dataclasses import replace
 from typing import Sequence
 
 import torch
 from torch.distributed.tensor import DTensor
 
-from ..agents.numerics import (forward_logits, model_device, sequence_logprobs, tempered,
-                               token_entropies, token_logprobs)
+from ..agents.numerics import (forward_logits, model_device, restricted, sequence_logprobs,
+                               tempered, token_entropies, token_logprobs)
 from ..types import CreditAssignment, TrajectoryGroup
 from .batching import TokenRow, collate, micro_batches, rows_from_groups
 from .distributed import World
@@ -53,7 +54,7 @@ def score_rows(model, rows: Sequence[TokenRow], pad_id: int, budget: int,
     """Per-token log-probs of each row under ``model`` at ``temperature`` (in ``rows``
     order)."""
     return sequence_logprobs(model, [r.ids for r in rows], pad_id, budget, precision,
-                             temperature)
+                             temperature, [r.restriction for r in rows])
 
 
 def split_even(items: Sequence, parts: int) -> list[list]:
@@ -113,7 +114,7 @@ class PolicyGradientTrainer:
             with unsharded(self.model):  # a collective when sharded: every rank enters
                 olds = score_rows(self.model, rows, self.pad_id, cfg.token_budget,
                                   self.precision, self.temperature) if rows else []
-            rows = [TokenRow(r.ids, r.mask, r.adv, o) for r, o in zip(rows, olds)]
+            rows = [replace(r, logprobs=o) for r, o in zip(rows, olds)]
         refs = None
         if cfg.kl_coef > 0:
             refs = {id(r): lp for r, lp in zip(rows, score_rows(
@@ -163,8 +164,9 @@ class PolicyGradientTrainer:
         ``old_from_forward``: this forward's own log-probs, detached, are the old ones."""
         cfg = self.cfg
         b = collate(mb, self.pad_id).to(device)
-        logits = tempered(forward_logits(self.model, b.input_ids, b.attention_mask,
-                                         self.precision), self.temperature)
+        logits = restricted(tempered(forward_logits(self.model, b.input_ids, b.attention_mask,
+                                                    self.precision), self.temperature),
+                            b.restrictions)
         logp = token_logprobs(logits, b.input_ids)
         old = logp.detach() if old_from_forward else b.old_logprobs
         pg, clipped = ppo_clip_terms(logp, old, b.advantages, cfg.clip_low, cfg.clip_high)

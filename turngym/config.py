@@ -128,6 +128,9 @@ class AgentConfig:
     require_think: bool = False
     show_admissible: bool = False
     show_inventory: bool = False  # append the env's info["inventory"] (what the agent holds)
+    # sample each response only among the env's info["admissible_commands"] written in
+    # action_format (+ stop token): no malformed or impossible action (agents.constraints)
+    constrain_actions: bool = False
     action_parser: str = "action_tag"  # a name in agents.parsing.PARSERS
     max_batch_size: int = 64
     backend: Backend = Backend.hf
@@ -504,6 +507,11 @@ def _check_agent(cfg: DictConfig, errors: list[str], training: bool = True) -> N
             errors.append(str(exc))
     if cfg.agent.max_new_tokens >= cfg.agent.max_context_tokens:
         errors.append("agent.max_new_tokens must be below agent.max_context_tokens")
+    if cfg.agent.constrain_actions and cfg.agent.backend is not Backend.hf:
+        errors.append("agent.constrain_actions needs agent.backend=hf: the trainer scores each "
+                      "constrained token under the same restricted distribution, and the vLLM "
+                      "backend does not sample from it (yet); set agent.constrain_actions=false "
+                      "for free generation")
     if training and cfg.rl.steps > 0 and cfg.agent.sampling.greedy:
         errors.append("agent.sampling.greedy with rl.steps > 0: RL needs sampled rollouts (every "
                       "episode of a group would be the same); set a temperature instead")

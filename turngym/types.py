@@ -97,6 +97,11 @@ class Turn:
         info: env info of this step plus agent-side flags (``valid_format``,
             ``valid_action``, ``state_key``, ...).  Privileged keys stay here
             and never reach the prompt.
+        choices: under constrained decoding (``agent.constrain_actions``), the token
+            sequences the response was restricted to (a prefix trie; the response is
+            one path of it): scorers restrict each token's distribution the same way
+            (:func:`turngym.agents.constraints.allowed_per_position`).  Empty when the
+            response was sampled from the whole vocabulary.
     """
 
     prompt_ids: tuple[int, ...]
@@ -107,6 +112,7 @@ class Turn:
     observation: str
     reward: float = 0.0
     info: Mapping[str, Any] = field(default_factory=dict)
+    choices: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
