@@ -85,7 +85,7 @@ def test_quickstart_writer_and_render(tmp_path):
     assert "valid_unseen, t0.05" in text
     md = out.read_text()
     assert "## Quickstart" in md and "| mean |" in md and "| std |" in md
-    fresh_md = md.split("## Quickstart on fresh seeds")[1].split("\n## ")[0]
+    fresh_md = md.split("## Free generation on fresh seeds")[1].split("\n## ")[0]
     first_split = next(iter(rec["runs"][0]["warmstart"].values()))
     assert f"| 3 | {first_split:.3f} | **" in fresh_md
     assert "greedy decoding" in md and "`temperature=0.05`" in md

@@ -453,9 +453,12 @@ RESULT_FILES = {
     "quickstart.json": ("quickstart", None, True),
     # the same writer on seeds that never took part in choosing the recipe; README keeps
     # quickstart.json's seeds 0, 1, 2 (the issue's), this one is shown beside them
+    "quickstart_free.json": (
+        "quickstart_seeds", "The quickstart before constrained decoding (free generation, "
+        "`agent.constrain_actions=false`; Intel Xeon, seeds 0, 1, 2)", False),
     "quickstart_fresh_seeds.json": (
-        "quickstart_seeds", "Quickstart on fresh seeds (the committed config; seeds never used "
-        "to choose it)", False),
+        "quickstart_seeds", "Free generation on fresh seeds (the previous config; seeds never "
+        "used to choose it)", False),
     "quickstart_variants.json": (
         "variants", "Quickstart recipes side by side (whole runs, paired by seed and task)",
         False),
@@ -479,17 +482,27 @@ RESULT_FILES = {
         "variants",
         "Quickstart, RL at sampling temperature 0.7 and 0.5 (compared at T = 1, 0.7 and 0.5)",
         False),
-    "compare_textworld.json": ("compare", "Credit estimators on the text world", True),
+    "quickstart_variants_s18.json": (
+        "variants", "Quickstart, constrained action decoding: the agent chooses among the "
+        "admissible commands instead of spelling them (adopted)", False),
+    "compare_textworld.json": ("compare", "Credit estimators on the text world (free "
+                               "generation)", True),
     "compare_textworld_long.json": (
-        "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8)", False),
+        "compare", "Text world at the quickstart's RL budget (60 steps of 8 x 8; free "
+        "generation)", False),
     "compare_textworld_lr.json": (
-        "compare", "Text world, RL learning rate at the quickstart's budget", False),
+        "compare", "Text world, RL learning rate at the quickstart's budget (free generation)",
+        False),
+    "compare_textworld_cons.json": (
+        "compare", "Text world under constrained decoding, the quickstart's RL budget "
+        "(pre-registered: step_groups vs grpo)", False),
     "compare_search.json": ("compare", "Credit estimators on search QA", True),
     "compare_search_confirm.json": (
         "compare", "Search QA, confirmatory test on fresh seeds", False),
     "compare_search_rlfix.json": (
         "compare", "Search QA with the text world's RL settings", False),
-    "probe_textworld.json": ("probe", "Credit-quality probe, text world", True),
+    "probe_textworld.json": ("probe", "Credit-quality probe, text world (free generation)",
+                             True),
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
 }
 
