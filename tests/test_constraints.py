@@ -229,3 +229,10 @@ def test_env_without_admissible_commands_is_refused(tiny_stack):
 def test_config_refuses_constrained_decoding_on_vllm():
     with pytest.raises(ConfigError, match="constrain_actions needs agent.backend=hf"):
         load_config("quickstart", ["agent.constrain_actions=true", "agent.backend=vllm"])
+
+
+def test_config_refuses_constrained_decoding_with_required_thinking():
+    with pytest.raises(ConfigError, match="no <think> block"):
+        load_config("quickstart", ["agent.require_think=true"])
+    assert not load_config("quickstart", ["agent.require_think=true",
+                                          "agent.constrain_actions=false"]).agent.constrain_actions

@@ -507,6 +507,9 @@ def _check_agent(cfg: DictConfig, errors: list[str], training: bool = True) -> N
             errors.append(str(exc))
     if cfg.agent.max_new_tokens >= cfg.agent.max_context_tokens:
         errors.append("agent.max_new_tokens must be below agent.max_context_tokens")
+    if cfg.agent.constrain_actions and cfg.agent.require_think:
+        errors.append("agent.constrain_actions with agent.require_think: a constrained response "
+                      "is exactly one admissible command, so it can hold no <think> block")
     if cfg.agent.constrain_actions and cfg.agent.backend is not Backend.hf:
         errors.append("agent.constrain_actions needs agent.backend=hf: the trainer scores each "
                       "constrained token under the same restricted distribution, and the vLLM "
