@@ -15,9 +15,8 @@ the set it was drawn from.  ``logp_restricted(t) = logp(t) - logsumexp(logp[allo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 ADMISSIBLE_KEY = "admissible_commands"
 
@@ -37,16 +36,12 @@ class ActionChoices:
             raise ValueError("one action per allowed sequence")
         if not self.sequences:
             raise ValueError("no allowed response")
-        trie: dict = {}
+        if not all(self.sequences):
+            raise ValueError("an allowed response needs at least one token")
         by_ids: dict = {}
         for seq, act in zip(self.sequences, self.actions):
-            if not seq:
-                raise ValueError("an allowed response needs at least one token")
-            node = trie
-            for t in seq:
-                node = node.setdefault(int(t), {})
             by_ids.setdefault(tuple(seq), act)  # two commands with equal tokens: the first
-        object.__setattr__(self, "_trie", trie)
+        object.__setattr__(self, "_trie", _trie(self.sequences))
         object.__setattr__(self, "_by_ids", by_ids)
 
     def allowed_next(self, prefix: Sequence[int]) -> list[int]:
@@ -76,18 +71,23 @@ class ActionChoices:
         return self._by_ids.get(tuple(int(t) for t in ids))
 
 
-def allowed_per_position(sequences: Sequence[Sequence[int]], response: Sequence[int]
-                         ) -> list[list[int]]:
-    """For each token of ``response``, the ids it was drawn from under the trie of
-    ``sequences``.  Raises when the response is not a path of that trie (the sampler
-    would never have produced it)."""
+def _trie(sequences: Sequence[Sequence[int]]) -> dict:
+    """Nested dicts token id -> subtree: the prefix trie of ``sequences``."""
     trie: dict = {}
     for seq in sequences:
         node = trie
         for t in seq:
             node = node.setdefault(int(t), {})
+    return trie
+
+
+def allowed_per_position(sequences: Sequence[Sequence[int]], response: Sequence[int]
+                         ) -> list[list[int]]:
+    """For each token of ``response``, the ids it was drawn from under the trie of
+    ``sequences``.  Raises when the response is not a path of that trie (the sampler
+    would never have produced it)."""
     out = []
-    node = trie
+    node = _trie(sequences)
     for k, t in enumerate(response):
         allowed = list(node)
         if int(t) not in node:
@@ -115,20 +115,18 @@ def sequence_restriction(traj, seq) -> Restriction:
 
 
 class ActionConstraint:
-    """Builds each turn's :class:`ActionChoices` from the env's info.
+    """Builds each turn's :class:`ActionChoices` from the env's admissible commands.
 
     ``tokenizer`` encodes ``action_format.format(action=cmd)`` (as the warm-start demos
     do) and ``stop_id`` ends each sequence.  Commands longer than ``max_new_tokens`` are
     dropped (the sampler could not finish them); an info without any usable command is
     an error, not a silent unconstrained turn."""
 
-    def __init__(self, tokenizer, action_format: str, stop_id: int, max_new_tokens: int,
-                 key: str = ADMISSIBLE_KEY):
+    def __init__(self, tokenizer, action_format: str, stop_id: int, max_new_tokens: int):
         self.tok = tokenizer
         self.action_format = action_format
         self.stop_id = int(stop_id)
         self.max_new_tokens = int(max_new_tokens)
-        self.key = key
         self._cache: dict[str, tuple[int, ...]] = {}
 
     def encode(self, command: str) -> tuple[int, ...]:
@@ -139,10 +137,11 @@ class ActionConstraint:
             self._cache[command] = ids
         return ids
 
-    def choices(self, info: Mapping[str, Any]) -> ActionChoices:
-        commands = info.get(self.key)
+    def choices(self, commands: Sequence[str]) -> ActionChoices:
+        """The choices of one turn whose env listed ``commands`` (its info's
+        :data:`ADMISSIBLE_KEY`)."""
         if not commands:
-            raise ValueError(f"agent.constrain_actions needs the env to list {self.key!r} in "
+            raise ValueError(f"agent.constrain_actions needs the env to list {ADMISSIBLE_KEY!r} in "
                              "its info at every step (the text world and ALFWorld do); set "
                              "agent.constrain_actions=false for free generation")
         seqs, acts = [], []

@@ -171,7 +171,7 @@ class KVSession:
                                               for m in max_new], device=device)
         toks, lps, alive = [], [], []
         gen = self.policy.generator
-        restrict = _Restriction(rows, choices, self.B, device) if choices is not None else None
+        restrict = _Restriction(rows, choices) if choices is not None else None
         for step in range(params.max_new_tokens):
             if restrict is not None:
                 logits = restrict.mask(logits, live)
@@ -211,13 +211,11 @@ class _Restriction:
     """Per-row prefix tries of a constrained decode: at each step the logits of tokens
     that continue no allowed sequence are set to -inf (rows without choices untouched)."""
 
-    def __init__(self, rows: Sequence[int], choices: Sequence[ActionChoices | None],
-                 num_rows: int, device: torch.device):
+    def __init__(self, rows: Sequence[int], choices: Sequence[ActionChoices | None]):
         if len(choices) != len(rows):
             raise ValueError("one choices entry (or None) per generated row")
         self.by_row = {int(r): c for r, c in zip(rows, choices) if c is not None}
         self.prefix: dict[int, list[int]] = {r: [] for r in self.by_row}
-        self.num_rows, self.device = num_rows, device
 
     def mask(self, logits: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
         if not self.by_row:

@@ -179,7 +179,7 @@ def run_episodes(policy: Policy, prompter: ChatPrompter, episodes: Sequence[Epis
         prompts = [e.transcript.prompt() for e in live]
         full = rest = None
         if constraint is not None:
-            full = [constraint.choices({ADMISSIBLE_KEY: e.commands}) for e in live]
+            full = [constraint.choices(e.commands) for e in live]
             rest = [c.after(e.response_prefix) for c, e in zip(full, live)]
         extra = {} if rest is None else {"choices": rest}
         if session is not None:

@@ -4,27 +4,24 @@ log-probs, entropies) restricts the same way, so the trainer optimises the distr
 the sampler drew from."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
+from conftest import first_ppo_step, response_scores
+
 from turngym.agents.branching import branch_point_at, continue_from
-from turngym.agents.constraints import (
-    ActionChoices,
-    ActionConstraint,
-    allowed_per_position,
-    sequence_restriction,
-)
+from turngym.agents.constraints import (ActionChoices, ActionConstraint, allowed_per_position,
+                                        sequence_restriction)
 from turngym.agents.hf_backend import HFPolicy
 from turngym.agents.numerics import restricted, token_entropies, token_logprobs
 from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
 from turngym.agents.tiny import build_tiny_model
+from turngym.config import ConfigError, load_config
 from turngym.credit.scoring import response_entropies
 from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.batching import trajectory_rows
-from turngym.trainers.update import PolicyGradientTrainer, score_rows
-
-from turngym.config import ConfigError, load_config
-from turngym.types import ContextMode, CreditAssignment, Trajectory
+from turngym.types import ContextMode, Trajectory
 
 
 def _cfg(**kw):
@@ -71,13 +68,12 @@ def test_constraint_refuses_an_info_without_commands_and_drops_overlong_ones(tin
     tok, _, _ = tiny_stack
     con = ActionConstraint(tok, "<action> {action} </action>", tok.eos_token_id, 6)
     with pytest.raises(ValueError, match="admissible_commands"):
-        con.choices({})
-    ch = con.choices({"admissible_commands": ["look", "go to countertop 1"]})
+        con.choices([])
+    ch = con.choices(["look", "go to countertop 1"])
     assert ch.actions == ("look", "go to countertop 1")  # 4 and 6 tokens
     assert all(s[-1] == tok.eos_token_id for s in ch.sequences)
     short = ActionConstraint(tok, "<action> {action} </action>", tok.eos_token_id, 5)
-    assert short.choices({"admissible_commands": ["look", "go to countertop 1"]}).actions == (
-        "look",)
+    assert short.choices(["look", "go to countertop 1"]).actions == ("look",)
 
 
 def test_every_constrained_action_is_admissible_and_spelled_by_its_tokens(tiny_stack):
@@ -108,35 +104,17 @@ def test_trainer_scores_what_the_constrained_sampler_drew_from(tiny_stack, tempe
                             for lp in turn.logprobs])
 
     def scores(rs):
-        out = []
-        for r, sc in zip(rs, score_rows(model, rs, tok.pad_token_id, 4096,
-                                        temperature=temperature)):
-            out += [x for x, m in zip(sc, r.mask) if m]
-        return torch.tensor(out)
+        return response_scores(model, rs, tok.pad_token_id, temperature)
 
     assert torch.allclose(scores(rows), sampled, atol=1e-4)
-    free = scores([r.__class__(r.ids, r.mask, r.adv, r.logprobs) for r in rows])
+    free = scores([replace(r, restriction=()) for r in rows])
     assert (sampled - free).min() > -1e-4 and (sampled - free).max() > 1.0
-
-    def first_step(strip: bool):
-        m = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
-        m.load_state_dict(model.state_dict())
-        cfg = load_config("quickstart", ["rl.lr=1e-9", "rl.recompute_logprobs=false",
-                                         "rl.clip_low=0.01", "rl.clip_high=0.01"]).rl
-        trainer = PolicyGradientTrainer(m, torch.optim.AdamW(m.parameters(), lr=cfg.lr), cfg,
-                                        tok.pad_token_id, temperature=temperature)
-        gs = groups
-        if strip:  # the same turns without their choices: scored on the whole vocabulary
-            from dataclasses import replace
-            gs = [g.__class__(tuple(replace(t, turns=tuple(replace(u, choices=())
-                                                             for u in t.turns)) for t in g),
-                              g.task_id) for g in groups]
-        credits = [CreditAssignment(tuple((1.0 if i % 2 else -1.0,) * t.num_turns
-                                          for i, t in enumerate(g))) for g in gs]
-        return trainer.update(gs, credits)
-
-    assert first_step(strip=False)["clipfrac"] < 0.01
-    assert first_step(strip=True)["clipfrac"] > 0.3
+    # the same turns without their choices: scored on the whole vocabulary
+    stripped = [g.__class__(tuple(replace(t, turns=tuple(replace(u, choices=())
+                                                          for u in t.turns)) for t in g),
+                            g.task_id) for g in groups]
+    assert first_ppo_step(tok, model, groups, temperature)["clipfrac"] < 0.01
+    assert first_ppo_step(tok, model, stripped, temperature)["clipfrac"] > 0.3
 
 
 def test_restricted_entropy_is_finite_and_bounded_by_the_choice_count(tiny_stack):
@@ -202,10 +180,8 @@ def test_window_mode_constrained_rollout_scores_consistently(tiny_stack):
                           context_mode=ContextMode.WINDOW, window_turns=2)
     rows = [r for g in groups for t in g for r in trajectory_rows(t, [0.0] * t.num_turns)]
     sampled = [lp for g in groups for t in g for turn in t.turns for lp in turn.logprobs]
-    scored = [x for r, sc in zip(rows, score_rows(model, rows, tok.pad_token_id, 4096))
-              for x, m in zip(sc, r.mask) if m]
-    assert len(rows) > 2 and torch.allclose(torch.tensor(scored), torch.tensor(sampled),
-                                            atol=1e-4)
+    scored = response_scores(model, rows, tok.pad_token_id)
+    assert len(rows) > 2 and torch.allclose(scored, torch.tensor(sampled), atol=1e-4)
 
 
 def test_env_without_admissible_commands_is_refused(tiny_stack):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from conftest import first_ppo_step, response_scores
 
 from turngym.agents.tiny import build_tiny_model
 from turngym.config import load_config
@@ -160,31 +161,14 @@ def test_trainer_scores_the_distribution_the_sampler_drew_from(tiny_stack):
     rows = [r for g in groups for t in g for r in trajectory_rows(t, [0.0] * t.num_turns)]
     sampled = [lp for g in groups for t in g for turn in t.turns for lp in turn.logprobs]
 
-    def response_scores(temperature):
-        out = []
-        for r, sc in zip(rows, score_rows(model, rows, tok.pad_token_id, 4096,
-                                          temperature=temperature)):
-            out += [x for x, m in zip(sc, r.mask) if m]
-        return torch.tensor(out)
+    def scores(temperature):
+        return response_scores(model, rows, tok.pad_token_id, temperature)
 
     assert len(sampled) > 20
-    assert torch.allclose(response_scores(temp), torch.tensor(sampled), atol=1e-4)
-    assert (response_scores(1.0) - torch.tensor(sampled)).abs().max() > 0.05
-
-    def first_step(trainer_temperature):
-        m = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
-        m.load_state_dict(model.state_dict())
-        cfg = load_config("quickstart", ["rl.lr=1e-9", "rl.recompute_logprobs=false",
-                                         "rl.clip_low=0.01", "rl.clip_high=0.01"]).rl
-        trainer = PolicyGradientTrainer(m, torch.optim.AdamW(m.parameters(), lr=cfg.lr), cfg,
-                                        tok.pad_token_id, temperature=trainer_temperature)
-        credits = [CreditAssignment(tuple((1.0 if i % 2 else -1.0,) * t.num_turns
-                                          for i, t in enumerate(g)))
-                   for g in groups]
-        return trainer.update(groups, credits)
-
-    assert first_step(temp)["clipfrac"] < 0.01  # ratio 1 up to float rounding
-    assert first_step(1.0)["clipfrac"] > 0.2
+    assert torch.allclose(scores(temp), torch.tensor(sampled), atol=1e-4)
+    assert (scores(1.0) - torch.tensor(sampled)).abs().max() > 0.05
+    assert first_ppo_step(tok, model, groups, temp)["clipfrac"] < 0.01  # ratio 1 up to rounding
+    assert first_ppo_step(tok, model, groups, 1.0)["clipfrac"] > 0.2
 
 
 def test_trainer_temperature_must_be_positive(tiny_stack):
