@@ -74,6 +74,7 @@ def _worker(rank, size, init_file, n_groups, steps, overrides, out, fsdp=False):
     try:
         state, stats = _run(World(rank, size, rank), n_groups, steps, overrides, fsdp)
         torch.save({"state": state, "stats": stats}, f"{out}.{rank}")
+        dist.barrier()  # no rank tears gloo down while the other still has work in flight
     finally:
         dist.destroy_process_group()
 
@@ -141,6 +142,7 @@ def _sync_worker(rank, size, init_file, out):
             result = str(exc)
         with open(f"{out}.{rank}", "w") as f:
             f.write(result)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
