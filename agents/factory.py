@@ -83,5 +83,6 @@ def build_policy(acfg, model, tokenizer, model_dir: str | None = None, seed: int
                           enable_prefix_caching=v.enable_prefix_caching,
                           enable_sleep_mode=v.enable_sleep_mode, max_model_len=v.max_model_len,
                           enforce_eager=v.enforce_eager, seed=seed or 0,
-                          engine_kwargs=dict(v.engine_kwargs or {}))
+                          engine_kwargs=dict(v.engine_kwargs or {}),
+                          constrain_actions=bool(acfg.constrain_actions))
     raise ValueError(f"unknown agent.backend {acfg.backend!r}; use hf or vllm")

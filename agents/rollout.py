@@ -206,9 +206,10 @@ def _constraint(policy: Policy, prompter: ChatPrompter, cfg: RolloutConfig
                 ) -> ActionConstraint | None:
     if not cfg.constrain_actions:
         return None
-    if not isinstance(policy, SupportsConstrainedDecoding):
-        raise ValueError(f"agent.constrain_actions: the {type(policy).__name__} backend "
-                         "cannot restrict sampling to given token sequences (use backend hf)")
+    if not (isinstance(policy, SupportsConstrainedDecoding) and policy.supports_choices):
+        raise ValueError(f"agent.constrain_actions: this {type(policy).__name__} cannot "
+                         "restrict sampling to given token sequences (the hf backend can; a "
+                         "vLLM engine must be started with constrain_actions=True)")
     eos = prompter.tok.eos_token_id
     stop = int(eos) if eos is not None else int(policy.stop_token_ids[0])
     return ActionConstraint(prompter.tok, cfg.action_format, stop, cfg.max_new_tokens)

@@ -37,6 +37,10 @@ Design choices:
   (``distributed_executor_backend=external_launcher``) and samples its own tasks.
 * **Sleep mode** (optional): ``release()`` offloads weights and drops the KV
   cache while the trainer updates; ``sync_weights`` wakes the engine up.
+* **Constrained decoding** (``constrain_actions=True``): the engine loads turngym's
+  logits processor (:mod:`turngym.agents.vllm_choices`; vLLM's V1 model runner), and a
+  request given ``choices`` samples only the token sequences those allow, with log-probs
+  of the restricted distribution -- the same trie and the same numbers as the HF sampler.
 
 ``vllm`` is imported only when a policy is built; CPU installs never need it.
 """
@@ -56,7 +60,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from .constraints import ActionChoices
 from .policy import Sample, SamplingParams, decode_response, stop_ids_for
+
+
+# constrained decoding (agents/vllm_choices.py): the engine's logits processor, by name,
+# and the SamplingParams.extra_args key that carries a request's allowed token sequences
+PROCESSOR = "turngym.agents.vllm_choices:ChoiceMask"
+CHOICES_ARG = "turngym_choices"
+
+
+def request_args(choices: ActionChoices) -> dict[str, Any]:
+    """``SamplingParams.extra_args`` that restrict one request to ``choices``."""
+    return {CHOICES_ARG: [list(s) for s in choices.sequences]}
 
 
 def import_vllm():
@@ -225,8 +241,10 @@ class VLLMPolicy:
                  dtype: str = "bfloat16", gpu_memory_utilization: float = 0.35,
                  enable_prefix_caching: bool = True, enable_sleep_mode: bool = False,
                  max_model_len: int | None = None, enforce_eager: bool = False, seed: int = 0,
-                 engine_kwargs: dict | None = None, llm=None):
+                 engine_kwargs: dict | None = None, constrain_actions: bool = False, llm=None):
         self.vllm = import_vllm()
+        # SupportsConstrainedDecoding: only an engine started with the choice processor
+        self.supports_choices = bool(constrain_actions)
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_ids_for(tokenizer, stop_token_ids,
                                            _generation_config(model_path))
@@ -258,6 +276,17 @@ class VLLMPolicy:
                 kwargs["logprobs_mode"] = "processed_logprobs"
             if enable_sleep_mode:
                 kwargs["enable_sleep_mode"] = True
+            if constrain_actions:
+                if "logits_processors" not in fields:
+                    raise ValueError("agent.constrain_actions with agent.backend=vllm needs a vLLM "
+                                     "with custom logits processors (>= 0.10.2); upgrade vLLM "
+                                     "or use agent.backend=hf")
+                if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() in ("1", "true"):
+                    raise ValueError("agent.constrain_actions with agent.backend=vllm runs on vLLM's "
+                                     "V1 model runner (turngym's logits processor implements its "
+                                     "interface); unset VLLM_USE_V2_MODEL_RUNNER")
+                os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+                kwargs["logits_processors"] = [PROCESSOR]
             if max_model_len:
                 kwargs["max_model_len"] = int(max_model_len)
             if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -276,13 +305,15 @@ class VLLMPolicy:
     def _seed(self) -> int:
         return int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
 
-    def _sampling(self, params: SamplingParams, max_new: int | None = None):
+    def _sampling(self, params: SamplingParams, max_new: int | None = None,
+                  choices: ActionChoices | None = None):
+        extra = {} if choices is None else {"extra_args": request_args(choices)}
         return self.vllm.SamplingParams(
             n=1, max_tokens=int(max_new or params.max_new_tokens),
             temperature=0.0 if params.greedy else float(params.temperature),
             top_p=1.0 if params.greedy else float(params.top_p),
             seed=None if params.greedy else self._seed(),
-            stop_token_ids=list(self.stop_token_ids), logprobs=0, detokenize=False)
+            stop_token_ids=list(self.stop_token_ids), logprobs=0, detokenize=False, **extra)
 
     def _count(self, prompts: Sequence[Sequence[int]], outs) -> None:
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
@@ -290,15 +321,25 @@ class VLLMPolicy:
             int(getattr(o, "num_cached_tokens", 0) or 0) for o in outs)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                 max_new: Sequence[int] | None = None) -> list[Sample]:
-        """One continuation per prompt; ``max_new[i]`` caps prompt i's length."""
+                 max_new: Sequence[int] | None = None,
+                 choices: Sequence[ActionChoices | None] | None = None) -> list[Sample]:
+        """One continuation per prompt; ``max_new[i]`` caps prompt i's length and
+        ``choices[i]`` (constrained decoding) restricts it to those token sequences."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if choices is not None:
+            if len(choices) != len(prompts):
+                raise ValueError("one choices entry (or None) per prompt")
+            if not self.supports_choices and any(c is not None for c in choices):
+                raise ValueError("this engine was started without constrained decoding "
+                                 "(VLLMPolicy(..., constrain_actions=True)); its requests "
+                                 "would ignore the choices")
         self._ensure_awake()
         limits = max_new if max_new is not None else [None] * len(prompts)
-        sps = [self._sampling(params, m) for m in limits]
+        per = choices if choices is not None else [None] * len(prompts)
+        sps = [self._sampling(params, m, c) for m, c in zip(limits, per)]
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sps,
                                  use_tqdm=False)
         self._count(prompts, outs)

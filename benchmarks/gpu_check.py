@@ -216,8 +216,7 @@ def end_to_end(args, device: torch.device, report: dict) -> None:
                 f"model.device={device}", f"agent.backend={backend}", "checkpoint.every=0"]
         if device.type == "cuda":
             over += ["model.autocast=bfloat16", "agent.vllm.gpu_memory_utilization=0.2"]
-        if backend == "vllm":  # the engine samples freely (constrained decoding is hf-only)
-            over.append("agent.constrain_actions=false")
+        # the quickstart's constrained decoding: on vllm through turngym's logits processor
         t0 = time.perf_counter()
         try:
             train(load_config("quickstart", over), progress=False)

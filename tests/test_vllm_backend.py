@@ -12,6 +12,7 @@ weight sync, and the pipeline's wiring.  Real-engine numbers come from
 import copy
 import dataclasses
 import importlib
+import os
 import sys
 import types
 from typing import Optional
@@ -23,6 +24,7 @@ from turngym.agents.hf_backend import HFPolicy, _filter_top_p
 from turngym.agents.policy import SamplingParams
 from turngym.agents.prompting import ChatPrompter
 from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
+from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.checkpoint import save_model_dir
 from turngym.trainers.lora import export_weights
 
@@ -38,6 +40,7 @@ class _SP:
     logprobs: Optional[int] = None
     prompt_logprobs: Optional[int] = None
     detokenize: bool = True
+    extra_args: Optional[dict] = None
 
 
 @dataclasses.dataclass
@@ -266,6 +269,52 @@ def test_branch_credit_with_the_engine_branches_there_and_screens_on_the_trainer
         "agent.backend=vllm", "agent.constrain_actions=false", "agent.vllm.dtype=float32", f"output_dir={out}"]), progress=False)
     rl = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert len(rl) == 1 and rl[0]["credit/branches"] > 0  # the engine sampled branches
+
+
+def test_constrained_engine_loads_the_processor_and_sends_each_requests_choices(
+        fake_vllm, model_dir, tiny_stack, monkeypatch):
+    from turngym.agents.constraints import ActionConstraint
+    from turngym.agents.vllm_backend import CHOICES_ARG, PROCESSOR
+    tok = tiny_stack[0]
+
+    @dataclasses.dataclass
+    class Args(_EngineArgs):
+        logits_processors: Optional[list] = None
+
+    monkeypatch.setattr(fake_vllm, "EngineArgs", Args)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    pol = _policy(model_dir, tok, dtype="float32", constrain_actions=True)
+    assert pol.llm.kwargs["logits_processors"] == [PROCESSOR]
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the runner it implements
+    seen = []
+    real = pol.llm.generate
+    pol.llm.generate = lambda prompts, sps, use_tqdm=True: (seen.extend(sps),
+                                                             real(prompts, sps))[1]
+    ch = ActionConstraint(tok, "<action> {action} </action>", tok.eos_token_id, 12).choices(
+        ["look", "go to countertop 1"])
+    pol.generate([[6, 7], [8, 9]], SamplingParams(max_new_tokens=4), choices=[ch, None])
+    assert seen[0].extra_args == {CHOICES_ARG: [list(s) for s in ch.sequences]}
+    assert seen[1].extra_args is None
+
+
+def test_constrained_decoding_is_refused_where_the_engine_cannot_do_it(fake_vllm, model_dir,
+                                                                      tiny_stack, monkeypatch):
+    tok, _, prompter = tiny_stack
+    with pytest.raises(ValueError, match="custom logits processors"):
+        _policy(model_dir, tok, constrain_actions=True)  # this vLLM has no such engine arg
+
+    @dataclasses.dataclass
+    class Args(_EngineArgs):
+        logits_processors: Optional[list] = None
+
+    monkeypatch.setattr(fake_vllm, "EngineArgs", Args)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # its processor interface differs
+    with pytest.raises(ValueError, match="V1 model runner"):
+        _policy(model_dir, tok, constrain_actions=True)
+    plain = _policy(model_dir, tok)
+    cfg = RolloutConfig(max_turns=2, max_new_tokens=8, constrain_actions=True)
+    with pytest.raises(ValueError, match="constrain_actions=True"):
+        rollout(plain, prompter, EnvPool(lambda: TextWorldEnv()), [0], 1, cfg)
 
 
 def test_without_vllm_the_error_says_how_to_install_it(monkeypatch, tiny_stack):

@@ -9,7 +9,9 @@ is skipped (``TURNGYM_REQUIRE_VLLM=1`` turns that into an error, as CI sets it).
 
 An in-process engine is one per process: this module's tests share one engine
 (``engine`` fixture, float32 so it can be compared with the transformers backend
-to 1e-5), and the CLI runs (train, eval, CBPO) each start their own in a subprocess.
+to 1e-5, started with turngym's constrained-decoding logits processor so requests
+without choices also show it leaves them alone), and the CLI runs (train, eval,
+CBPO) each start their own in a subprocess.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def engine(stack):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         policy = VLLMPolicy(str(d), tok, dtype="float32", enforce_eager=True,
-                            enable_sleep_mode=True, seed=0)
+                            enable_sleep_mode=True, seed=0, constrain_actions=True)
     draws_after = (torch.rand(4).tolist(), np.random.rand(4).tolist(), random.random())
     torch.manual_seed(1234)
     np.random.seed(1234)
@@ -236,6 +238,70 @@ def test_multi_turn_rollout_log_probs_are_the_policys(engine, stack):
     assert p.stats["cached_prompt_tokens"] > hits  # later turns reuse earlier turns' KV
 
 
+# ------------------------------------------------------------------ constrained decoding
+def _constrained_rollouts(policy, tok, temperature: float, greedy: bool = False):
+    import gymnasium as gym
+
+    from turngym.agents.prompting import ChatPrompter
+    from turngym.agents.rollout import EnvPool, RolloutConfig, rollout
+    policy.generator.manual_seed(3)
+    pool = EnvPool(lambda: gym.make("turngym/TextWorld-v0", split="train"))
+    cfg = RolloutConfig(max_turns=5, max_new_tokens=16, constrain_actions=True,
+                        temperature=temperature, greedy=greedy)
+    return rollout(policy, ChatPrompter(tok, "You are a household agent."), pool, [0, 1, 2],
+                   1 if greedy else 3, cfg)
+
+
+def _check_constrained(groups, model, tok, temperature: float) -> None:
+    """Every response is one of its turn's allowed sequences (so an admissible
+    command), and the engine's log-probs are the trainer's restricted scores."""
+    from dataclasses import replace
+
+    from conftest import response_scores
+
+    from turngym.trainers.batching import trajectory_rows
+    trajs = [t for g in groups for t in g]
+    turns = [u for t in trajs for u in t.turns]
+    assert len(turns) >= 20
+    for u in turns:
+        assert u.choices and tuple(u.response_ids) in u.choices
+        assert u.info["valid_action"] and u.info["valid_format"]
+    rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
+    sampled = torch.tensor([lp for u in turns for lp in u.logprobs])
+    scored = response_scores(model, rows, tok.pad_token_id, temperature)
+    assert torch.allclose(scored, sampled, atol=10 * TOL)
+    free = response_scores(model, [replace(r, restriction=()) for r in rows],
+                           tok.pad_token_id, temperature)
+    assert (sampled - free).max() > 1.0  # the restriction is not a no-op
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_constrained_engine_samples_only_the_choices_with_restricted_logprobs(
+        engine, stack, temperature):
+    tok, model, _ = stack
+    groups = _constrained_rollouts(engine.policy, tok, temperature)
+    _check_constrained(groups, model, tok, temperature)
+
+
+def test_constrained_greedy_rollout_matches_the_transformers_backend(engine, stack):
+    tok, model, _ = stack
+    got = _constrained_rollouts(engine.policy, tok, 1.0, greedy=True)
+    want = _constrained_rollouts(_hf(model, tok), tok, 1.0, greedy=True)
+    for a, b in zip((t for g in got for t in g), (t for g in want for t in g)):
+        assert [u.action_text for u in a.turns] == [u.action_text for u in b.turns]
+        assert [u.response_ids for u in a.turns] == [u.response_ids for u in b.turns]
+
+
+def test_an_engine_without_the_processor_refuses_choices(engine, stack):
+    from turngym.agents.constraints import ActionChoices
+    tok = stack[0]
+    plain = copy.copy(engine.policy)
+    plain.supports_choices = False
+    with pytest.raises(ValueError, match="without constrained decoding"):
+        plain.generate([[6, 7, 8]], SamplingParams(max_new_tokens=4),
+                       choices=[ActionChoices(((9, tok.eos_token_id),), ("a",))])
+
+
 # ------------------------------------------------------------------ weight sync
 def _perturbed(model, scale=0.05, seed=0):
     out = copy.deepcopy(model)
@@ -364,11 +430,14 @@ def test_train_cli_syncs_every_step_and_the_engine_ends_on_the_final_weights(tra
     assert _max_gap(_hf(warm.eval(), tok).score(rep["seqs"]), want) > 10 * TOL  # RL moved it
 
 
-def test_eval_cli_through_the_engine_matches_the_transformers_backend(trained_run, tmp_path):
+@pytest.mark.parametrize("constrained", [False, True])
+def test_eval_cli_through_the_engine_matches_the_transformers_backend(trained_run, tmp_path,
+                                                                     constrained):
     from turngym.cli import main
     run, _ = trained_run
     common = ["eval", "--checkpoint", str(run / "final"), "--split", "valid_unseen",
-              "eval.num_tasks=4", "eval.sampling.greedy=true"]
+              "eval.num_tasks=4", "eval.sampling.greedy=true",
+              f"agent.constrain_actions={str(constrained).lower()}"]
     rep = _run(tmp_path / "report.json", [*common, "--json", str(tmp_path / "vllm.json")])
     assert rep["engines"] == 1
     assert main([*common, "--json", str(tmp_path / "hf.json"), "agent.backend=hf"]) == 0

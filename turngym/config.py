@@ -510,11 +510,6 @@ def _check_agent(cfg: DictConfig, errors: list[str], training: bool = True) -> N
     if cfg.agent.constrain_actions and cfg.agent.require_think:
         errors.append("agent.constrain_actions with agent.require_think: a constrained response "
                       "is exactly one admissible command, so it can hold no <think> block")
-    if cfg.agent.constrain_actions and cfg.agent.backend is not Backend.hf:
-        errors.append("agent.constrain_actions needs agent.backend=hf: the trainer scores each "
-                      "constrained token under the same restricted distribution, and the vLLM "
-                      "backend does not sample from it (yet); set agent.constrain_actions=false "
-                      "for free generation")
     if training and cfg.rl.steps > 0 and cfg.agent.sampling.greedy:
         errors.append("agent.sampling.greedy with rl.steps > 0: RL needs sampled rollouts (every "
                       "episode of a group would be the same); set a temperature instead")
