@@ -54,6 +54,19 @@ class ActionChoices:
                 return []
         return list(node)
 
+    def engine_next(self, prefix: Sequence[int]) -> list[int]:
+        """What an engine's logits mask keeps after ``prefix``: :meth:`allowed_next`, or,
+        once ``prefix`` completed a sequence, its last (stop) token -- an engine that runs
+        a finished request one more step (vLLM's async scheduling) discards that sample.
+        A prefix that left the trie is a bug upstream: RuntimeError."""
+        allowed = self.allowed_next(prefix)
+        if allowed:
+            return allowed
+        if self.action_of(prefix) is None:
+            raise RuntimeError(f"constrained response ran past its choices after {len(prefix)} "
+                               "tokens (the stop token should have ended it)")
+        return [int(prefix[-1])]
+
     def after(self, prefix: Sequence[int]) -> ActionChoices:
         """The choices left once ``prefix`` is sampled (their remaining tokens): what a
         response resumed mid-way (a branch inside a turn) may still continue with."""

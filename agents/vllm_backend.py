@@ -70,9 +70,24 @@ PROCESSOR = "turngym.agents.vllm_choices:ChoiceMask"
 CHOICES_ARG = "turngym_choices"
 
 
+_V2_REFUSED = ("agent.constrain_actions with agent.backend=vllm runs on vLLM's V1 model "
+               "runner (turngym's logits processor implements its interface)")
+
+
 def request_args(choices: ActionChoices) -> dict[str, Any]:
     """``SamplingParams.extra_args`` that restrict one request to ``choices``."""
     return {CHOICES_ARG: [list(s) for s in choices.sequences]}
+
+
+def _loads_processor(llm) -> bool:
+    """Whether a given ``vllm.LLM`` was started with turngym's processor (an engine that
+    does not say which processors it loaded is taken at its word)."""
+    model_config = getattr(llm, "model_config", None)
+    if model_config is None:
+        return True
+    names = {p if isinstance(p, str) else f"{p.__module__}:{p.__qualname__}"
+             for p in (getattr(model_config, "logits_processors", None) or [])}
+    return PROCESSOR in names
 
 
 def import_vllm():
@@ -263,6 +278,10 @@ class VLLMPolicy:
                           RuntimeWarning, stacklevel=2)
             enable_sleep_mode = False
         self.sleep_mode = enable_sleep_mode
+        if llm is not None and constrain_actions and not _loads_processor(llm):
+            raise ValueError("constrain_actions=True with a given engine that was not started "
+                             f"with logits_processors=[{PROCESSOR!r}]: its requests would "
+                             "ignore the choices")
         if llm is None:
             check_head_size(model_path, self.vllm)
             # colocated: the engine core must live in this process for zero-copy syncs
@@ -281,11 +300,16 @@ class VLLMPolicy:
                     raise ValueError("agent.constrain_actions with agent.backend=vllm needs a vLLM "
                                      "with custom logits processors (>= 0.10.2); upgrade vLLM "
                                      "or use agent.backend=hf")
-                if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() in ("1", "true"):
-                    raise ValueError("agent.constrain_actions with agent.backend=vllm runs on vLLM's "
-                                     "V1 model runner (turngym's logits processor implements its "
-                                     "interface); unset VLLM_USE_V2_MODEL_RUNNER")
+                if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0").strip() not in ("", "0"):
+                    raise ValueError(_V2_REFUSED + "; unset VLLM_USE_V2_MODEL_RUNNER")
                 os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+                # vLLM caches its env once an engine has started in this process: an
+                # earlier engine's setting would win over the line above
+                venv = getattr(self.vllm, "envs", None)
+                if venv is not None and getattr(venv, "VLLM_USE_V2_MODEL_RUNNER", False) is not False:
+                    raise ValueError(_V2_REFUSED + "; this process already started a vLLM engine "
+                                     "with another model-runner setting (start the constrained "
+                                     "engine first, or in its own process)")
                 kwargs["logits_processors"] = [PROCESSOR]
             if max_model_len:
                 kwargs["max_model_len"] = int(max_model_len)
@@ -293,7 +317,11 @@ class VLLMPolicy:
                 # under torchrun every rank runs its own engine on its own GPU inside the
                 # process group torchrun made (TRL's colocate mode does the same)
                 kwargs["distributed_executor_backend"] = "external_launcher"
-            kwargs.update(engine_kwargs or {})
+            extra = dict(engine_kwargs or {})
+            if constrain_actions:  # the user's own processors run beside turngym's
+                extra["logits_processors"] = [*(extra.get("logits_processors") or []),
+                                              *kwargs["logits_processors"]]
+            kwargs.update(extra)
             with preserved_process_state():
                 llm = self.vllm.LLM(**kwargs)
         self.llm = llm

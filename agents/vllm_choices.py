@@ -42,16 +42,12 @@ def _choices_of(params) -> ActionChoices | None:
 def mask_rows(logits: torch.Tensor, rows: Sequence[int],
               choices: Sequence[ActionChoices], prefixes: Sequence[Sequence[int]]) -> None:
     """In place: row ``rows[i]`` keeps only the tokens ``choices[i]`` allows after
-    ``prefixes[i]`` (the response's tokens so far)."""
+    ``prefixes[i]`` (the response's tokens so far; :meth:`ActionChoices.engine_next`)."""
     if not rows:
         return
     keep = torch.zeros(len(rows), logits.shape[-1], dtype=torch.bool)
     for i, (c, prefix) in enumerate(zip(choices, prefixes)):
-        allowed = c.allowed_next(prefix)
-        if not allowed:
-            raise RuntimeError(f"constrained response ran past its choices after "
-                               f"{len(prefix)} tokens (the stop token should have ended it)")
-        keep[i, allowed] = True
+        keep[i, c.engine_next(prefix)] = True
     index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
     sub = logits.index_select(0, index)
     sub.masked_fill_(~keep.to(logits.device), float("-inf"))

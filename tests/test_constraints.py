@@ -213,3 +213,19 @@ def test_config_refuses_constrained_decoding_with_required_thinking():
         load_config("quickstart", ["agent.require_think=true"])
     assert not load_config("quickstart", ["agent.require_think=true",
                                           "agent.constrain_actions=false"]).agent.constrain_actions
+
+
+def test_an_engines_mask_keeps_the_stop_token_of_a_finished_response_and_refuses_off_trie():
+    """What vLLM's processor keeps (ActionChoices.engine_next): mid-response the trie's
+    next tokens; after the stop token (a finished request run one more step by async
+    scheduling, its sample discarded) only that token; off the trie an error, never an
+    unrestricted sample."""
+    from turngym.agents.constraints import ActionChoices
+    c = ActionChoices(((5, 6, 2), (5, 7, 2), (8, 2)), ("a", "b", "c"))
+    assert sorted(c.engine_next([])) == [5, 8]
+    assert sorted(c.engine_next([5])) == [6, 7]
+    assert c.engine_next([5, 7]) == [2]
+    assert c.engine_next([5, 7, 2]) == [2] and c.allowed_next([5, 7, 2]) == []
+    for bad in ([6], [5, 8], [8, 2, 2]):
+        with pytest.raises(RuntimeError, match="ran past its choices"):
+            c.engine_next(bad)

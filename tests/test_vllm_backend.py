@@ -131,7 +131,11 @@ def fake_vllm(monkeypatch):
     mod = types.ModuleType("vllm")
     mod.LLM, mod.SamplingParams, mod.EngineArgs = _FakeLLM, _SP, _EngineArgs
     monkeypatch.setitem(sys.modules, "vllm", mod)
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_USE_V2_MODEL_RUNNER"):
+        # set first so monkeypatch records the original, then unset: whatever the backend
+        # writes into os.environ is undone after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     _FakeLLM.instances = []
     return mod
 
@@ -282,9 +286,12 @@ def test_constrained_engine_loads_the_processor_and_sends_each_requests_choices(
         logits_processors: Optional[list] = None
 
     monkeypatch.setattr(fake_vllm, "EngineArgs", Args)
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     pol = _policy(model_dir, tok, dtype="float32", constrain_actions=True)
     assert pol.llm.kwargs["logits_processors"] == [PROCESSOR]
+    # the user's own processors (agent.vllm.engine_kwargs) run beside it, never instead
+    own = _policy(model_dir, tok, constrain_actions=True,
+                  engine_kwargs={"logits_processors": ["my.module:Mine"]})
+    assert own.llm.kwargs["logits_processors"] == ["my.module:Mine", PROCESSOR]
     assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the runner it implements
     seen = []
     real = pol.llm.generate
@@ -311,6 +318,14 @@ def test_constrained_decoding_is_refused_where_the_engine_cannot_do_it(fake_vllm
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # its processor interface differs
     with pytest.raises(ValueError, match="V1 model runner"):
         _policy(model_dir, tok, constrain_actions=True)
+    # an engine started earlier in this process froze vLLM's env with the V2 runner
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    monkeypatch.setattr(fake_vllm, "envs", types.SimpleNamespace(VLLM_USE_V2_MODEL_RUNNER=True),
+                        raising=False)
+    with pytest.raises(ValueError, match="already started a vLLM engine"):
+        _policy(model_dir, tok, constrain_actions=True)
+    fake_vllm.envs.VLLM_USE_V2_MODEL_RUNNER = False
+    _policy(model_dir, tok, constrain_actions=True)
     plain = _policy(model_dir, tok)
     cfg = RolloutConfig(max_turns=2, max_new_tokens=8, constrain_actions=True)
     with pytest.raises(ValueError, match="constrain_actions=True"):

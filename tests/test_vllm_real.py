@@ -302,6 +302,61 @@ def test_an_engine_without_the_processor_refuses_choices(engine, stack):
                        choices=[ActionChoices(((9, tok.eos_token_id),), ("a",))])
 
 
+def test_a_given_engine_without_the_processor_is_refused(engine, stack):
+    from turngym.agents.vllm_backend import PROCESSOR
+    tok, _, path = stack
+    real_llm = engine.policy.llm
+    assert PROCESSOR in (real_llm.model_config.logits_processors or [])
+    bare = types.SimpleNamespace(model_config=copy.copy(real_llm.model_config))
+    bare.model_config.logits_processors = None
+    with pytest.raises(ValueError, match="not started with logits_processors"):
+        VLLMPolicy(path, tok, constrain_actions=True, llm=bare)
+    VLLMPolicy(path, tok, constrain_actions=True, llm=real_llm)  # the shared engine has it
+
+
+def test_the_processor_follows_vllms_batch_updates_and_finished_rows():
+    """ChoiceMask driven by vLLM's own BatchUpdate: added, swapped and removed requests
+    keep their own choices; a request that already sampled its stop token (async
+    scheduling runs it one more step, its sample discarded) keeps only that token."""
+    from vllm import SamplingParams as VSP
+    from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirectionality
+
+    from turngym.agents.constraints import ActionChoices
+    from turngym.agents.vllm_backend import request_args
+    from turngym.agents.vllm_choices import ChoiceMask
+
+    stop = 2
+    a = ActionChoices(((5, 6, stop), (5, 7, stop)), ("x", "y"))
+    b = ActionChoices(((9, stop),), ("z",))
+    proc = ChoiceMask(None, torch.device("cpu"), False)
+    out_a, out_b, out_free = [], [], []
+    proc.update_state(BatchUpdate(batch_size=3, removed=[], moved=[], added=[
+        (0, VSP(extra_args=request_args(a)), [1], out_a),
+        (1, VSP(), [1], out_free),
+        (2, VSP(extra_args=request_args(b)), [1], out_b)]))
+
+    def kept(logits):
+        return [set(torch.nonzero(torch.isfinite(r)).flatten().tolist()) for r in logits]
+
+    v = 12
+    got = kept(proc.apply(torch.zeros(3, v)))
+    assert got == [{5}, set(range(v)), {9}]
+    out_a.append(5)  # vLLM appends to the running list it handed over
+    proc.update_state(BatchUpdate(batch_size=3, removed=[], added=[],
+                                  moved=[(0, 2, MoveDirectionality.SWAP)]))
+    got = kept(proc.apply(torch.zeros(3, v)))
+    assert got == [{9}, set(range(v)), {6, 7}]
+    out_b.extend([9, stop])  # b finished but is still in the batch for one more step
+    got = kept(proc.apply(torch.zeros(3, v)))
+    assert got[0] == {stop}
+    proc.update_state(BatchUpdate(batch_size=2, removed=[0], added=[], moved=[]))
+    got = kept(proc.apply(torch.zeros(3, v)))
+    assert got == [set(range(v)), set(range(v)), {6, 7}]
+    out_a.extend([8])  # off the trie: a bug upstream, never a silent free sample
+    with pytest.raises(RuntimeError, match="ran past its choices"):
+        proc.apply(torch.zeros(3, v))
+
+
 # ------------------------------------------------------------------ weight sync
 def _perturbed(model, scale=0.05, seed=0):
     out = copy.deepcopy(model)
