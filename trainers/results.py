@@ -507,6 +507,8 @@ RESULT_FILES = {
     "probe_textworld.json": ("probe", "Credit-quality probe, text world (free generation)",
                              True),
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
+    "probe_textworld_cons.json": (
+        "probe", "Credit-quality probe, text world under constrained decoding", False),
 }
 
 
