@@ -499,6 +499,9 @@ RESULT_FILES = {
     "compare_textworld_cons_fresh.json": (
         "compare", "Text world under constrained decoding, confirmatory test on fresh seeds "
         "3-7 (pre-registered: step_groups vs grpo)", False),
+    "compare_textworld_horizon.json": (
+        "compare", "Text world with a longer horizon (7-9 receptacles, 2-5 objects, 40 turns) "
+        "under constrained decoding (pre-registered: step_groups vs grpo)", False),
     "compare_search.json": ("compare", "Credit estimators on search QA", True),
     "compare_search_confirm.json": (
         "compare", "Search QA, confirmatory test on fresh seeds", False),
