@@ -31,8 +31,13 @@ from .constraints import ActionChoices
 from .vllm_backend import CHOICES_ARG
 
 
+def _sequences_of(params):
+    """The request's allowed token sequences (``None``: an unconstrained request)."""
+    return (getattr(params, "extra_args", None) or {}).get(CHOICES_ARG)
+
+
 def _choices_of(params) -> ActionChoices | None:
-    seqs = (getattr(params, "extra_args", None) or {}).get(CHOICES_ARG)
+    seqs = _sequences_of(params)
     if seqs is None:
         return None
     return ActionChoices(tuple(tuple(int(t) for t in s) for s in seqs),
@@ -64,7 +69,7 @@ class ChoiceMask(LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        seqs = (getattr(sampling_params, "extra_args", None) or {}).get(CHOICES_ARG)
+        seqs = _sequences_of(sampling_params)
         if seqs is None:
             return
         if (not isinstance(seqs, list) or not seqs

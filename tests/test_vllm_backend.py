@@ -275,17 +275,18 @@ def test_branch_credit_with_the_engine_branches_there_and_screens_on_the_trainer
     assert len(rl) == 1 and rl[0]["credit/branches"] > 0  # the engine sampled branches
 
 
+@dataclasses.dataclass
+class _ArgsWithProcessors(_EngineArgs):  # a vLLM with custom logits processors (>= 0.10.2)
+    logits_processors: Optional[list] = None
+
+
 def test_constrained_engine_loads_the_processor_and_sends_each_requests_choices(
         fake_vllm, model_dir, tiny_stack, monkeypatch):
     from turngym.agents.constraints import ActionConstraint
     from turngym.agents.vllm_backend import CHOICES_ARG, PROCESSOR
     tok = tiny_stack[0]
 
-    @dataclasses.dataclass
-    class Args(_EngineArgs):
-        logits_processors: Optional[list] = None
-
-    monkeypatch.setattr(fake_vllm, "EngineArgs", Args)
+    monkeypatch.setattr(fake_vllm, "EngineArgs", _ArgsWithProcessors)
     pol = _policy(model_dir, tok, dtype="float32", constrain_actions=True)
     assert pol.llm.kwargs["logits_processors"] == [PROCESSOR]
     # the user's own processors (agent.vllm.engine_kwargs) run beside it, never instead
@@ -310,11 +311,7 @@ def test_constrained_decoding_is_refused_where_the_engine_cannot_do_it(fake_vllm
     with pytest.raises(ValueError, match="custom logits processors"):
         _policy(model_dir, tok, constrain_actions=True)  # this vLLM has no such engine arg
 
-    @dataclasses.dataclass
-    class Args(_EngineArgs):
-        logits_processors: Optional[list] = None
-
-    monkeypatch.setattr(fake_vllm, "EngineArgs", Args)
+    monkeypatch.setattr(fake_vllm, "EngineArgs", _ArgsWithProcessors)
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # its processor interface differs
     with pytest.raises(ValueError, match="V1 model runner"):
         _policy(model_dir, tok, constrain_actions=True)
