@@ -1,5 +1,7 @@
 """Each turn-level estimator runs inside the real training loop (tiny sizes)."""
 
+import json
+
 import pytest
 from test_search_train import SMOKE as SEARCH_SMOKE
 from test_trainer import SMOKE as TW_SMOKE
@@ -181,3 +183,32 @@ def test_compare_refuses_to_mix_a_finished_run_of_another_budget(tmp_path):
     assert main(args + ["rl.steps=2"]) == 2  # grpo finished with 1 step: not reused
     assert main(args + ["rl.steps=1", "eval.num_tasks=3"]) == 2  # nor another evaluation
     assert main(args + ["rl.steps=1", "threads=1"]) == 0  # how it runs may change
+
+
+def test_compare_reuses_a_seeds_warm_start_only_for_its_config(tmp_path, capsys):
+    """A later comparison in the same output_dir: another evaluation re-evaluates the
+    shared warm start (never reports the old one); another model is refused."""
+    from turngym.cli import main
+    base = [o for o in TW_SMOKE if not o.startswith(("rl.steps=", "eval.num_tasks="))]
+    out = tmp_path / "cmp"
+    args = ["compare", "--seeds", "0", "--no-progress", f"output_dir={out}", "rl.steps=1",
+            *base]
+    assert main(args + ["--credits", "grpo", "eval.num_tasks=2"]) == 0
+    shared = out / "seed_0" / "shared"
+    weights = (shared / "warmstart" / "model.safetensors").read_bytes()
+    ev = json.loads((shared / "warmstart_eval.json").read_text())
+    assert [len(m["per_task_success"]) for m in ev.values()] == [2]
+    # a new arm evaluated on 3 tasks: the same warm start, evaluated again on 3 tasks
+    assert main(args + ["--credits", "step_groups", "--baseline", "step_groups",
+                        "eval.num_tasks=3"]) == 0
+    assert (shared / "warmstart" / "model.safetensors").read_bytes() == weights
+    ev = json.loads((shared / "warmstart_eval.json").read_text())
+    assert [len(m["per_task_success"]) for m in ev.values()] == [3]
+    run = json.loads((out / "seed_0" / "step_groups" / "summary.json").read_text())
+    assert [len(m["per_task_success"]) for m in run["warmstart_eval"].values()] == [3]
+    # another model size cannot reuse that warm start: refused, naming the difference
+    capsys.readouterr()
+    assert main(args + ["--credits", "role_judge", "--baseline", "role_judge",
+                        "eval.num_tasks=3", "model.hidden_size=48"]) == 2
+    assert "model.hidden_size" in capsys.readouterr().err
+    assert not (out / "seed_0" / "role_judge").exists()

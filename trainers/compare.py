@@ -56,13 +56,35 @@ WARM_START_KEYS = ("seed", "env", "model", "agent", "warmstart", "plugins")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
+def warm_start_differences(saved: dict, mine: dict) -> list[str]:
+    """``key: old -> new`` for every key the warm start depends on
+    (:data:`WARM_START_KEYS`, except ``env.eval_splits``, which only says what is
+    evaluated)."""
+    from .run import config_changes
+
+    saved, mine = dict(saved), dict(mine)
+    for d in (saved, mine):
+        if isinstance(d.get("env"), dict):
+            d["env"] = {k: v for k, v in d["env"].items() if k != "eval_splits"}
+    diffs = []
+    for key in WARM_START_KEYS:
+        _, refused = config_changes({key: saved.get(key)}, {key: mine.get(key)})
+        diffs += refused
+    return diffs
+
+
+def _eval_spec(cfg: dict) -> dict:
+    """What a warm start's evaluation depends on beyond the model: the tasks and the
+    decoding."""
+    return {"eval": cfg.get("eval"), "eval_splits": cfg.get("env", {}).get("eval_splits")}
+
+
 def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
     """Copies ``source_run/warmstart`` (a verified checkpoint) into ``shared`` after
     checking that the run's saved config agrees with ``cfg`` on every key the warm start
     depends on (:data:`WARM_START_KEYS`, except ``env.eval_splits``); anything else
     refuses with the differences."""
     from ..config import ConfigError
-    from .run import config_changes
 
     ws = source_run / "warmstart"
     saved_yaml = source_run / "config.yaml"
@@ -72,14 +94,7 @@ def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
         verify_manifest(ws)
     except CheckpointError as exc:
         raise ConfigError(f"--warm-starts: {ws} does not verify: {exc}") from None
-    saved = to_dict(OmegaConf.load(saved_yaml))
-    mine = to_dict(cfg)
-    for d in (saved, mine):  # which splits are evaluated does not touch the warm start
-        d.get("env", {}).pop("eval_splits", None)
-    diffs = []
-    for key in WARM_START_KEYS:
-        _, refused = config_changes({key: saved.get(key)}, {key: mine.get(key)})
-        diffs += refused
+    diffs = warm_start_differences(to_dict(OmegaConf.load(saved_yaml)), to_dict(cfg))
     if diffs:
         raise ConfigError(f"--warm-starts: {source_run} was warm-started with another "
                           "config:\n  " + "\n  ".join(diffs))
@@ -99,12 +114,28 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
     from ..agents.factory import load_pretrained
     from .warmstart import run_warmstart
 
+    from ..config import ConfigError
+
     shared = root / "shared"
     ws = shared / "warmstart"
     ev = shared / "warmstart_eval.json"
+    spec = shared / "config.yaml"  # the config the warm start was built and evaluated with
+    mine = to_dict(cfg)
     try:
         verify_manifest(ws)
-        if ev.exists():
+        if spec.exists():
+            saved = to_dict(OmegaConf.load(spec))
+            diffs = warm_start_differences(saved, mine)
+            if diffs:
+                raise ConfigError(
+                    f"{ws} was built with another config:\n  " + "\n  ".join(diffs)
+                    + "\n  use another output_dir to compare with these settings")
+            fresh_eval = _eval_spec(saved) == _eval_spec(mine)
+        else:  # made by a turngym that did not record it: reused as before, unchecked
+            print(f"warning: {shared} has no config.yaml (an older layout); its warm start "
+                  "and evaluation are reused unchecked", flush=True)
+            fresh_eval = True
+        if ev.exists() and fresh_eval:
             return ws, json.loads(ev.read_text())
     except CheckpointError:
         if shared.exists():
@@ -122,6 +153,7 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
     res = evaluate_splits(model, tok, cfg, World.local(), log, 0, progress, label="warm start")
     log.close()
     write_atomic_text(ev, json.dumps(res, indent=1))
+    write_atomic_text(spec, OmegaConf.to_yaml(OmegaConf.create(mine)))
     return ws, res
 
 

@@ -1,7 +1,7 @@
 """Evaluation phase: fixed task sets, fixed sampler seeds, every eval split.
 
-Tasks ``eval.seed_offset .. + eval.num_tasks`` of each split and a sampler seed fixed
-by the run seed, so two models (the warm start and the final policy, or two credit
+Tasks ``eval.seed_offset .. + eval.num_tasks`` of each split (``eval.samples_per_task``
+episodes each; a task's success is their mean) and a sampler seed fixed by the run seed, so two models (the warm start and the final policy, or two credit
 estimators) are compared on identical tasks and random streams.  Under ``torchrun``
 each rank plays a strided share and every rank gets the metrics of all of them.
 """
@@ -41,19 +41,29 @@ def evaluate_model(model, tokenizer, cfg: DictConfig, split: str, progress: bool
     seeds = world.shard(range(cfg.eval.seed_offset, cfg.eval.seed_offset + cfg.eval.num_tasks))
     rcfg = rollout_config(cfg, evaluation=True)
     groups: list[TrajectoryGroup] = []
-    chunk = max(1, cfg.agent.max_batch_size)
+    k = cfg.eval.samples_per_task
+    chunk = max(1, cfg.agent.max_batch_size // k)
     bar = tqdm(total=len(seeds), desc=f"eval {split}", leave=False, disable=not progress)
     for s in range(0, len(seeds), chunk):
-        groups += rollout(policy, prompter, pool, seeds[s:s + chunk], 1, rcfg)
+        groups += rollout(policy, prompter, pool, seeds[s:s + chunk], k, rcfg)
         bar.update(len(seeds[s:s + chunk]))
     bar.close()
     local = groups if not world.distributed else without_tokens(groups)
     everyone = world.concat_gather(local)
     out = summarize(everyone)
-    # per task, in task order: paired comparisons resample the same tasks for every model
-    by_seed = sorted((int(t.info["task_seed"]), float(t.success)) for g in everyone for t in g)
-    out["per_task_success"] = [s for _, s in by_seed]
+    # per task, in task order (the mean over its samples): paired comparisons resample
+    # the same tasks for every model
+    out["per_task_success"] = per_task_success(everyone)
     return out
+
+
+def per_task_success(groups: list[TrajectoryGroup]) -> list[float]:
+    """Each task's mean success over its episodes, in task-seed order."""
+    by_seed: dict[int, list[float]] = {}
+    for g in groups:
+        for t in g:
+            by_seed.setdefault(int(t.info["task_seed"]), []).append(float(t.success))
+    return [sum(v) / len(v) for _, v in sorted(by_seed.items())]
 
 
 def evaluate_splits(model, tokenizer, cfg: DictConfig, world: World, log, step: int,

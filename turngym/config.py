@@ -216,6 +216,9 @@ class EvalConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     every: int = 0  # RL steps between evals (0: only before and after RL)
     seed_offset: int = 0
+    # episodes per task (independent samples; a task's success is their mean): more
+    # samples per task when the task set is small, e.g. a fixed training pool
+    samples_per_task: int = 1
 
 
 @dataclass
@@ -400,6 +403,7 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
                             "warmstart.rollin_epochs", "rl.tasks_per_step",
                             "rl.group_size", "rl.lr", "rl.ppo_epochs", "rl.minibatches",
                             "rl.grad_clip", "rl.token_budget", "eval.num_tasks",
+                            "eval.samples_per_task",
                             "checkpoint.keep", "logging.samples_max_mb"])
     _positive(errors, cfg, ["seed", "rl.steps", "warmstart.epochs", "warmstart.lm_epochs",
                             "warmstart.epsilon", "warmstart.corrupt", "warmstart.weight_decay",
