@@ -274,8 +274,11 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
 def compare_record(results: dict, split: str, command: str) -> dict:
     """compare.json -> the issue's schema for one split (final success on ``split``)."""
     st = results["splits"][split]
+    # episodes per task (eval.samples_per_task); results without it played one each
+    k = int(((results.get("config") or {}).get("eval") or {}).get("samples_per_task", 1))
     return {"command": command, "machine": machine(), "split": split,
-            "episodes_per_eval": st["tasks_per_seed"], "baseline": results["baseline"],
+            "episodes_per_eval": st["tasks_per_seed"] * k, "tasks_per_eval": st["tasks_per_seed"],
+            "samples_per_task": k, "baseline": results["baseline"],
             "estimators": {n: {"seeds": e["seeds"], "final": e["final"], "mean": e["mean"],
                                "ci95": e["ci95"], "warmstart": e["warmstart"]}
                            for n, e in st["estimators"].items()},
@@ -341,11 +344,18 @@ def _extra_decodings(runs: list[dict]) -> list[tuple[str, str, list[dict]]]:
     return out
 
 
+def _eval_set(rec: dict) -> str:
+    k = rec.get("samples_per_task", 1)
+    if k == 1:
+        return f"{rec['episodes_per_eval']} fixed tasks"
+    return f"{rec['tasks_per_eval']} fixed tasks x {k} episodes each (a task's success is their mean)"
+
+
 def render_compare(rec: dict, title: str) -> list[str]:
     base = rec["baseline"]
     vs = rec[f"vs_{base}"]
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
-             f"Final success on `{rec['split']}`, {rec['episodes_per_eval']} fixed tasks per "
+             f"Final success on `{rec['split']}`, {_eval_set(rec)} per "
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
              "two-level bootstrap (seeds, then tasks within a seed, paired across estimators). "
              "The last column is the Student-t interval of the per-seed paired differences "
