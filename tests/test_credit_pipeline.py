@@ -212,3 +212,18 @@ def test_compare_reuses_a_seeds_warm_start_only_for_its_config(tmp_path, capsys)
                         "eval.num_tasks=3", "model.hidden_size=48"]) == 2
     assert "model.hidden_size" in capsys.readouterr().err
     assert not (out / "seed_0" / "role_judge").exists()
+
+
+def test_comparison_curves_keep_an_eval_split_named_train_apart_from_training(tmp_path):
+    """An evaluation on the training pool (split "train") is its own panel, never mixed
+    into the training-rollout curve."""
+    from turngym.trainers.compare import arm_curves, plot_comparison
+    run = tmp_path / "seed_0" / "grpo"
+    run.mkdir(parents=True)
+    recs = [{"phase": "rl", "step": k, "success_rate": 0.1 * k} for k in range(1, 11)]
+    recs += [{"phase": "eval", "step": k, "split": "train", "success": 0.5} for k in (0, 5, 10)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rollouts, pool = arm_curves(tmp_path, "grpo", [0], ["train"])
+    assert rollouts[0][0] == list(range(1, 11))
+    assert pool == [([0, 5, 10], [0.5, 0.5, 0.5])]
+    assert plot_comparison(tmp_path, ["grpo"], [0], tmp_path / "c.png").stat().st_size > 0

@@ -338,6 +338,24 @@ def _smooth(xs: list[float], k: int) -> list[float]:
             for i in range(len(xs))]
 
 
+def arm_curves(root: Path, name: str, seeds: Sequence[int], splits: Sequence[str]
+               ) -> list[list[tuple[list, list]]]:
+    """Per panel, per seed, (steps, success) of arm ``name``: panel 0 the training
+    rollouts (smoothed), panel k the evaluations on ``splits[k - 1]`` (which may be the
+    training split: an evaluation on the task pool RL trains on)."""
+    curves: list[list] = [[] for _ in range(1 + len(splits))]
+    for s in seeds:
+        recs = read_metrics(root / f"seed_{s}" / name / "metrics.jsonl")
+        train = sorted((r for r in recs if r["phase"] == "rl"), key=lambda r: r["step"])
+        succ = [r.get("success_rate", 0.0) for r in train]
+        curves[0].append(([r["step"] for r in train], _smooth(succ, max(1, len(succ) // 8))))
+        for k, split in enumerate(splits, start=1):
+            pts = sorted((r["step"], r["success"]) for r in recs
+                         if r["phase"] == "eval" and r.get("split") == split)
+            curves[k].append(([p[0] for p in pts], [p[1] for p in pts]))
+    return curves
+
+
 def plot_comparison(root: Path, credits: Sequence[str], seeds: Sequence[int], png: Path) -> Path:
     """Train success (smoothed) and eval success vs RL step: mean over seeds, band =
     min..max over seeds."""
@@ -350,25 +368,15 @@ def plot_comparison(root: Path, credits: Sequence[str], seeds: Sequence[int], pn
     fig, axes = plt.subplots(1, 1 + len(splits), figsize=(5.5 * (1 + len(splits)), 4))
     for i, name in enumerate(credits):
         color = f"C{i}"
-        curves: dict = {"train": []}
-        for s in seeds:
-            recs = read_metrics(root / f"seed_{s}" / name / "metrics.jsonl")
-            train = sorted((r for r in recs if r["phase"] == "rl"), key=lambda r: r["step"])
-            succ = [r.get("success_rate", 0.0) for r in train]
-            curves["train"].append(([r["step"] for r in train],
-                                    _smooth(succ, max(1, len(succ) // 8))))
-            for split in splits:
-                pts = sorted((r["step"], r["success"]) for r in recs
-                             if r["phase"] == "eval" and r.get("split") == split)
-                curves.setdefault(split, []).append(([p[0] for p in pts], [p[1] for p in pts]))
-        for ax, key in zip(axes, ["train"] + splits):
-            series = [c for c in curves.get(key, []) if c[0]]
+        curves = arm_curves(root, name, seeds, splits)
+        for k, ax in enumerate(axes):
+            series = [c for c in curves[k] if c[0]]
             if not series:
                 continue
             n = min(len(c[0]) for c in series)
             x = series[0][0][:n]
             y = np.array([c[1][:n] for c in series])
-            ax.plot(x, y.mean(0), color=color, label=name, marker="o" if key != "train" else None)
+            ax.plot(x, y.mean(0), color=color, label=name, marker="o" if k else None)
             ax.fill_between(x, y.min(0), y.max(0), color=color, alpha=0.15)
     axes[0].set_title(f"train success (smoothed), {len(seeds)} seeds")
     for ax, split in zip(axes[1:], splits):

@@ -517,6 +517,9 @@ RESULT_FILES = {
         "compare", "Search QA, confirmatory test on fresh seeds", False),
     "compare_search_rlfix.json": (
         "compare", "Search QA with the text world's RL settings", False),
+    "compare_search_pool.json": (
+        "compare", "Search QA, learning a fixed pool of 16 training questions (pre-registered: "
+        "info_gain and td_log_ratio vs grpo; pool success, not held-out)", False),
     "probe_textworld.json": ("probe", "Credit-quality probe, text world (free generation)",
                              True),
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
