@@ -162,6 +162,8 @@ def test_compare_adopts_warm_starts_of_earlier_runs_only_when_configs_agree(tmp_
                                     ).read_bytes()
     assert (out / "seed_3" / "shared" / "adopted_from.txt").read_text().strip() == str(
         (runs / "seed_3").resolve())
+    # the adopted warm start carries the config it was adopted under
+    assert (out / "seed_3" / "shared" / "config.yaml").exists()
     # another model size: refused with the difference named, nothing built
     other = tmp_path / "cmp2"
     assert main(["compare", "--credits", "grpo", "--seeds", "3", "--no-progress",
@@ -212,6 +214,21 @@ def test_compare_reuses_a_seeds_warm_start_only_for_its_config(tmp_path, capsys)
                         "eval.num_tasks=3", "model.hidden_size=48"]) == 2
     assert "model.hidden_size" in capsys.readouterr().err
     assert not (out / "seed_0" / "role_judge").exists()
+
+    # an arm killed before it finished cannot be resumed under another evaluation: refused
+    # before any work, the warm start's evaluation untouched
+    (out / "seed_0" / "step_groups" / "summary.json").unlink()
+    before = (shared / "warmstart_eval.json").read_bytes()
+    assert main(args + ["--credits", "step_groups", "--baseline", "step_groups",
+                        "eval.num_tasks=2"]) == 2
+    assert "eval.num_tasks" in capsys.readouterr().err
+    assert (shared / "warmstart_eval.json").read_bytes() == before
+
+
+def test_a_warm_start_built_with_other_plugins_is_not_reused():
+    from turngym.trainers.compare import warm_start_differences
+    assert warm_start_differences({"plugins": []}, {"plugins": ["my_pkg.envs"]})
+    assert not warm_start_differences({"plugins": ["a"]}, {"plugins": ["a"]})
 
 
 def test_comparison_curves_keep_an_eval_split_named_train_apart_from_training(tmp_path):

@@ -68,8 +68,8 @@ def warm_start_differences(saved: dict, mine: dict) -> list[str]:
             d["env"] = {k: v for k, v in d["env"].items() if k != "eval_splits"}
     diffs = []
     for key in WARM_START_KEYS:
-        _, refused = config_changes({key: saved.get(key)}, {key: mine.get(key)})
-        diffs += refused
+        allowed, refused = config_changes({key: saved.get(key)}, {key: mine.get(key)})
+        diffs += refused + allowed  # a resume may change plugins; a warm start's may not
     return diffs
 
 
@@ -104,23 +104,26 @@ def adopt_warm_start(cfg: DictConfig, source_run: Path, shared: Path) -> None:
     tmp.mkdir(parents=True)
     shutil.copytree(ws, tmp / "warmstart")
     (tmp / "adopted_from.txt").write_text(str(source_run.resolve()) + "\n")
+    # recorded before the rename: an adopted warm start is never without its config
+    write_atomic_text(tmp / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg))))
     tmp.rename(shared)
 
 
 def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
                       source_run: Path | None = None) -> tuple[Path, dict]:
     """The seed's warm start (built once, or adopted from ``source_run``; reused when it
-    verifies) and its evaluation."""
+    verifies and ``shared/config.yaml`` agrees on what it depends on) and its evaluation
+    (reused only if made with this config's evaluation settings)."""
     from ..agents.factory import load_pretrained
-    from .warmstart import run_warmstart
-
     from ..config import ConfigError
+    from .warmstart import run_warmstart
 
     shared = root / "shared"
     ws = shared / "warmstart"
     ev = shared / "warmstart_eval.json"
     spec = shared / "config.yaml"  # the config the warm start was built and evaluated with
     mine = to_dict(cfg)
+    legacy = False
     try:
         verify_manifest(ws)
         if spec.exists():
@@ -133,8 +136,8 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
             fresh_eval = _eval_spec(saved) == _eval_spec(mine)
         else:  # made by a turngym that did not record it: reused as before, unchecked
             print(f"warning: {shared} has no config.yaml (an older layout); its warm start "
-                  "and evaluation are reused unchecked", flush=True)
-            fresh_eval = True
+                  "and its evaluation are reused unchecked", flush=True)
+            legacy, fresh_eval = True, True
         if ev.exists() and fresh_eval:
             return ws, json.loads(ev.read_text())
     except CheckpointError:
@@ -143,6 +146,12 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
         if source_run is not None:
             adopt_warm_start(cfg, source_run, shared)
     shared.mkdir(parents=True, exist_ok=True)
+    # the old evaluation goes before the config that no longer describes it is replaced,
+    # and the config is written before the warm start is built: a run killed at any point
+    # leaves no stale evaluation and no unrecorded warm start
+    ev.unlink(missing_ok=True)
+    if not legacy:
+        write_atomic_text(spec, OmegaConf.to_yaml(OmegaConf.create(mine)))
     quiet_transformers()
     torch.set_num_threads(max(1, cfg.threads))
     seed_everything(cfg.seed)
@@ -153,14 +162,13 @@ def shared_warm_start(cfg: DictConfig, root: Path, progress: bool = True,
     res = evaluate_splits(model, tok, cfg, World.local(), log, 0, progress, label="warm start")
     log.close()
     write_atomic_text(ev, json.dumps(res, indent=1))
-    write_atomic_text(spec, OmegaConf.to_yaml(OmegaConf.create(mine)))
     return ws, res
 
 
 def check_finished_run(out: Path, run_cfg: DictConfig) -> None:
-    """A finished run is reused only if it was trained and evaluated with this config
-    (logging, checkpoint and thread settings aside): a rerun with another budget or
-    evaluation must not mix them across estimators."""
+    """A finished run is reused, and a started one resumed, only if it was trained and
+    evaluated with this config (logging, checkpoint and thread settings aside): a rerun
+    with another budget or evaluation must not mix them across estimators."""
     from ..config import ConfigError
     from .run import config_changes
 
@@ -169,7 +177,7 @@ def check_finished_run(out: Path, run_cfg: DictConfig) -> None:
     # the budget and the evaluation are what is compared: neither may differ
     refused += [x for x in allowed if x.startswith(("rl.steps:", "eval."))]
     if refused:
-        raise ConfigError(f"{out} finished with another config:\n  " + "\n  ".join(refused)
+        raise ConfigError(f"{out} was run with another config:\n  " + "\n  ".join(refused)
                           + "\n  use another output_dir (or delete that run) to compare "
                           "with these settings")
 
@@ -241,6 +249,14 @@ def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
     if baseline not in variants:
         raise ConfigError(f"--baseline {baseline!r} is not one of the arms: {', '.join(names)}")
     root = Path(cfg.output_dir)
+    # every arm already started here must have this budget and evaluation -- checked
+    # before any work, and for unfinished arms too: a resumed arm keeps the warm-start
+    # evaluation its run began with
+    for seed in seeds:
+        for name, vcfg in variants.items():
+            out = root / f"seed_{seed}" / name
+            if (out / "config.yaml").exists():
+                check_finished_run(out, _with(vcfg, seed=int(seed), output_dir=str(out)))
     runs: dict = {}
     for seed in seeds:
         sroot = root / f"seed_{seed}"
@@ -251,15 +267,15 @@ def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
         for name, vcfg in variants.items():
             out = sroot / name
             run_cfg = _with(vcfg, seed=int(seed), output_dir=str(out))
-            if (out / "summary.json").exists():
-                check_finished_run(out, run_cfg)
-            else:
+            if not (out / "summary.json").exists():
                 started = (out / "config.yaml").exists()
                 train(run_cfg, resume=started, progress=progress, warm_start=ws,
                       warm_start_eval=ws_eval)
             summary = json.loads((out / "summary.json").read_text())
             runs.setdefault(name, {})[int(seed)] = summary
     results = summarize_comparison(runs, names, list(cfg.env.eval_splits), baseline)
+    results["samples_per_task"] = int(cfg.eval.samples_per_task)
+    results["episodes_per_eval"] *= results["samples_per_task"]
     results["command"] = command
     results["config"] = to_dict(cfg)
     results["arms"] = {n: config_changes_from(cfg, v) for n, v in variants.items()}
