@@ -525,6 +525,9 @@ RESULT_FILES = {
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
     "probe_textworld_cons.json": (
         "probe", "Credit-quality probe, text world under constrained decoding", False),
+    "probe_search_pool.json": (
+        "probe", "Credit-quality probe, search QA on the training pool of s22 (seed 8's grpo "
+        "policy)", False),
 }
 
 
