@@ -223,3 +223,18 @@ def test_compare_record_counts_every_episode_of_a_multi_sample_evaluation():
     rec = compare_record(results, "train", "turngym compare ...")
     assert (rec["episodes_per_eval"], rec["samples_per_task"]) == (16, 1)
     assert "16 fixed tasks per seed" in "\n".join(render_compare(rec, "t"))
+
+
+def test_quickstart_render_names_tasks_and_episodes_of_a_multi_sample_evaluation():
+    from turngym.trainers.results import _run_entry, render_quickstart
+    ev = {"success": 0.5, "invalid_action_rate": 0.0, "mean_turns": 3.0}
+    summary = {"warmstart_eval": {"test": {**ev, "episodes": 64, "per_task_success": [0.5] * 16}},
+               "final_eval": {"test": {**ev, "episodes": 64, "per_task_success": [0.5] * 16}}}
+    run = _run_entry(0, summary, 60.0, "test")
+    assert (run["episodes_per_eval"], run["tasks_per_eval"]) == (64, 16)
+    rec = {"command": "c", "machine": {"cpu": "x", "cores": 2}, "runs": [run]}
+    assert "16 fixed tasks x 4 episodes each" in "\n".join(render_quickstart(rec))
+    one = {**summary, "final_eval": {"test": {**ev, "episodes": 16,
+                                              "per_task_success": [0.5] * 16}}}
+    rec["runs"] = [_run_entry(0, one, 60.0, "test")]
+    assert "(fixed tasks, fixed sampler seed" in "\n".join(render_quickstart(rec))

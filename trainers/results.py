@@ -170,7 +170,23 @@ def _run_entry(seed: int, summary: dict, wall: float, first_split: str) -> dict:
             "final_invalid_action_rate": {s: m["invalid_action_rate"]
                                           for s, m in summary["final_eval"].items()},
             "final_mean_turns": {s: m["mean_turns"] for s, m in summary["final_eval"].items()},
-            "episodes_per_eval": summary["final_eval"][first_split]["episodes"]}
+            "episodes_per_eval": summary["final_eval"][first_split]["episodes"],
+            "tasks_per_eval": len(summary["final_eval"][first_split].get("per_task_success", []))
+            or summary["final_eval"][first_split]["episodes"]}
+
+
+def _multi_sample(run: dict) -> bool:
+    return run.get("tasks_per_eval", run.get("episodes_per_eval")) != run.get("episodes_per_eval")
+
+
+def _eval_size(run: dict, what: str = "evaluation tasks") -> str:
+    """'200 fixed evaluation tasks', or 'N fixed evaluation tasks x K episodes each' for a
+    run that played each task K times (records without ``tasks_per_eval`` played one)."""
+    episodes = run.get("episodes_per_eval", "?")
+    tasks = run.get("tasks_per_eval", episodes)
+    if not _multi_sample(run) or not tasks:
+        return f"{episodes} fixed {what}"
+    return f"{tasks} fixed {what} x {episodes // tasks} episodes each"
 
 
 def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, command: str,
@@ -315,7 +331,8 @@ def render_quickstart(rec: dict, title: str | None = None) -> list[str]:
                  f"{fn([r['final'][s] for r in runs]):.3f}" for s in splits]
         lines.append(f"| {name} | " + " | ".join(cells) + " | |")
     lines += ["", f"Episodes per evaluation: {runs[0].get('episodes_per_eval', '?')} per split "
-              "(fixed tasks, fixed sampler seed; the same tasks before and after RL).", ""]
+              f"({_eval_size(runs[0], 'tasks') if _multi_sample(runs[0]) else 'fixed tasks'}, "
+              "fixed sampler seed; the same tasks before and after RL).", ""]
     for _, what, got in _extra_decodings(runs):
         lines += [f"The same checkpoints and tasks with {what}:", "",
                   "| seed | " + " | ".join(f"{s} warm start | {s} after RL" for s in splits)
@@ -436,7 +453,7 @@ def quickstart_summary(rec: dict) -> str:
     wall = max(r["wall_s"] for r in runs) / 60
     return "\n".join([f"Measured on {rec['machine'].get('cpu', 'a CPU')} "
                       f"({rec['machine'].get('cores')} cores), seeds {seeds}, mean +- std over "
-                      f"seeds, {runs[0].get('episodes_per_eval', '?')} fixed evaluation tasks "
+                      f"seeds, {_eval_size(runs[0])} "
                       f"per split, decoding sampled as configured (rows marked greedy or with a "
                       f"decoding's name: the same checkpoints and tasks, decoded so; see "
                       f"docs/results.md); every run took at most "
