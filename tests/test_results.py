@@ -207,19 +207,21 @@ def test_a_decoding_that_is_not_a_sampling_setting_is_refused(tmp_path, capsys):
 
 
 def test_compare_record_counts_every_episode_of_a_multi_sample_evaluation():
+    from turngym.trainers.compare import summarize_comparison
     from turngym.trainers.results import compare_record, render_compare
-    est = {"seeds": [0, 1], "final": [0.5, 0.75], "mean": 0.625, "ci95": [0.4, 0.8],
-           "warmstart": [0.25, 0.25]}
-    split = {"tasks_per_seed": 16, "estimators": {"grpo": est, "info_gain": est},
-             "vs_baseline": {"info_gain": {"diff_mean": 0.0, "ci95": [-0.1, 0.1],
-                                           "ci95_t": [-0.2, 0.2]}}}
-    results = {"splits": {"train": split}, "baseline": "grpo",
-               "config": {"eval": {"num_tasks": 16, "samples_per_task": 16}}}
+
+    def run(final):  # a run's summary: 16 tasks played 16 times each
+        ev = {"success": final, "episodes": 256, "per_task_success": [final] * 16}
+        return {"final_eval": {"train": ev}, "warmstart_eval": {"train": {**ev, "success": 0.25}}}
+    runs = {"grpo": {0: run(0.5), 1: run(0.75)}, "info_gain": {0: run(0.5), 1: run(0.75)}}
+    results = summarize_comparison(runs, ["grpo", "info_gain"], ["train"], "grpo")
+    assert results["episodes_per_eval"] == 256
     rec = compare_record(results, "train", "turngym compare ...")
-    assert (rec["episodes_per_eval"], rec["tasks_per_eval"], rec["samples_per_task"]) == (256, 16, 16)
+    assert (rec["episodes_per_eval"], rec["tasks_per_eval"],
+            rec["samples_per_task"]) == (256, 16, 16)
     assert "16 fixed tasks x 16 episodes each" in "\n".join(render_compare(rec, "t"))
-    # a record of one episode per task (and results written before the option existed)
-    del results["config"]
+    # a record of one episode per task (and results written before the count was kept)
+    del results["splits"]["train"]["episodes_per_seed"]
     rec = compare_record(results, "train", "turngym compare ...")
     assert (rec["episodes_per_eval"], rec["samples_per_task"]) == (16, 1)
     assert "16 fixed tasks per seed" in "\n".join(render_compare(rec, "t"))

@@ -274,8 +274,6 @@ def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
             summary = json.loads((out / "summary.json").read_text())
             runs.setdefault(name, {})[int(seed)] = summary
     results = summarize_comparison(runs, names, list(cfg.env.eval_splits), baseline)
-    results["samples_per_task"] = int(cfg.eval.samples_per_task)
-    results["episodes_per_eval"] *= results["samples_per_task"]
     results["command"] = command
     results["config"] = to_dict(cfg)
     results["arms"] = {n: config_changes_from(cfg, v) for n, v in variants.items()}
@@ -339,12 +337,15 @@ def summarize_comparison(runs: dict, credits: list[str], splits: list[str],
         per_seed = {n: [np.asarray(runs[n][s]["final_eval"][split]["per_task_success"])
                         for s in seeds] for n in credits}
         stats = paired_bootstrap(per_seed, baseline)
+        # episodes behind each seed's tasks (tasks x eval.samples_per_task)
+        first = runs[credits[0]][seeds[0]]["final_eval"][split]
+        stats["episodes_per_seed"] = int(first.get("episodes", len(first["per_task_success"])))
         for n in credits:
             stats["estimators"][n]["seeds"] = seeds
             stats["estimators"][n]["warmstart"] = [
                 float(runs[n][s]["warmstart_eval"][split]["success"]) for s in seeds]
         res["splits"][split] = stats
-    res["episodes_per_eval"] = res["splits"][splits[0]]["tasks_per_seed"]
+    res["episodes_per_eval"] = res["splits"][splits[0]]["episodes_per_seed"]
     return res
 
 

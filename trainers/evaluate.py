@@ -1,8 +1,9 @@
 """Evaluation phase: fixed task sets, fixed sampler seeds, every eval split.
 
 Tasks ``eval.seed_offset .. + eval.num_tasks`` of each split (``eval.samples_per_task``
-episodes each; a task's success is their mean) and a sampler seed fixed by the run seed, so two models (the warm start and the final policy, or two credit
-estimators) are compared on identical tasks and random streams.  Under ``torchrun``
+episodes each; a task's success is their mean) and a sampler seed fixed by the run seed,
+so two models (the warm start and the final policy, or two credit estimators) are
+compared on identical tasks and random streams.  Under ``torchrun``
 each rank plays a strided share and every rank gets the metrics of all of them.
 """
 

@@ -109,11 +109,13 @@ def _reeval_record(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: s
 def reeval_summary(run_cfg: DictConfig, out: Path, sampling: dict, cache_name: str,
                    progress: bool = True) -> dict:
     """:func:`reeval` as the part of a run's ``summary.json`` that paired comparisons
-    read: ``{"warmstart_eval"|"final_eval": {split: {"success", "per_task_success"}}}``
-    (a cache written without per-task results is measured again)."""
+    read: ``{"warmstart_eval"|"final_eval": {split: {"success", "per_task_success",
+    "episodes"}}}`` (a cache written without per-task results is measured again)."""
     rec = _reeval_record(run_cfg, out, sampling, cache_name, progress, per_task=True)
+    k = int(run_cfg.eval.samples_per_task)  # the re-evaluation plays the run's eval tasks
     return {f"{c}_eval": {split: {"success": rec[c][split],
-                                  "per_task_success": rec["per_task"][c][split]}
+                                  "per_task_success": rec["per_task"][c][split],
+                                  "episodes": k * len(rec["per_task"][c][split])}
                           for split in rec[c]}
             for c in CHECKPOINTS}
 
@@ -171,22 +173,22 @@ def _run_entry(seed: int, summary: dict, wall: float, first_split: str) -> dict:
                                           for s, m in summary["final_eval"].items()},
             "final_mean_turns": {s: m["mean_turns"] for s, m in summary["final_eval"].items()},
             "episodes_per_eval": summary["final_eval"][first_split]["episodes"],
-            "tasks_per_eval": len(summary["final_eval"][first_split].get("per_task_success", []))
-            or summary["final_eval"][first_split]["episodes"]}
+            "tasks_per_eval": len(summary["final_eval"][first_split].get("per_task_success", []))}
 
 
-def _multi_sample(run: dict) -> bool:
-    return run.get("tasks_per_eval", run.get("episodes_per_eval")) != run.get("episodes_per_eval")
+def _multi_sample(episodes, tasks) -> bool:
+    """Whether an evaluation played its tasks several times each (``eval.samples_per_task``;
+    a record without a task count played each once)."""
+    return bool(tasks) and tasks != episodes
 
 
-def _eval_size(run: dict, what: str = "evaluation tasks") -> str:
-    """'200 fixed evaluation tasks', or 'N fixed evaluation tasks x K episodes each' for a
-    run that played each task K times (records without ``tasks_per_eval`` played one)."""
-    episodes = run.get("episodes_per_eval", "?")
-    tasks = run.get("tasks_per_eval", episodes)
-    if not _multi_sample(run) or not tasks:
+def _eval_size(episodes, tasks, what: str = "tasks") -> str:
+    """'200 fixed tasks', or '16 fixed tasks x 16 episodes each (a task's success is their
+    mean)' for an evaluation that played each task several times."""
+    if not _multi_sample(episodes, tasks):
         return f"{episodes} fixed {what}"
-    return f"{tasks} fixed {what} x {episodes // tasks} episodes each"
+    return (f"{tasks} fixed {what} x {episodes // tasks} episodes each (a task's success is "
+            "their mean)")
 
 
 def quickstart_seeds(cfg: DictConfig, seeds: Sequence[int], out_json: Path, command: str,
@@ -290,11 +292,11 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
 def compare_record(results: dict, split: str, command: str) -> dict:
     """compare.json -> the issue's schema for one split (final success on ``split``)."""
     st = results["splits"][split]
-    # episodes per task (eval.samples_per_task); results without it played one each
-    k = int(((results.get("config") or {}).get("eval") or {}).get("samples_per_task", 1))
+    # results written before episodes_per_seed was recorded played each task once
+    episodes = st.get("episodes_per_seed", st["tasks_per_seed"])
     return {"command": command, "machine": machine(), "split": split,
-            "episodes_per_eval": st["tasks_per_seed"] * k, "tasks_per_eval": st["tasks_per_seed"],
-            "samples_per_task": k, "baseline": results["baseline"],
+            "episodes_per_eval": episodes, "tasks_per_eval": st["tasks_per_seed"],
+            "samples_per_task": episodes // st["tasks_per_seed"], "baseline": results["baseline"],
             "estimators": {n: {"seeds": e["seeds"], "final": e["final"], "mean": e["mean"],
                                "ci95": e["ci95"], "warmstart": e["warmstart"]}
                            for n, e in st["estimators"].items()},
@@ -330,8 +332,9 @@ def render_quickstart(rec: dict, title: str | None = None) -> list[str]:
         cells = [f"{fn([r['warmstart'][s] for r in runs]):.3f} | "
                  f"{fn([r['final'][s] for r in runs]):.3f}" for s in splits]
         lines.append(f"| {name} | " + " | ".join(cells) + " | |")
-    lines += ["", f"Episodes per evaluation: {runs[0].get('episodes_per_eval', '?')} per split "
-              f"({_eval_size(runs[0], 'tasks') if _multi_sample(runs[0]) else 'fixed tasks'}, "
+    eps, tasks = runs[0].get("episodes_per_eval", "?"), runs[0].get("tasks_per_eval")
+    lines += ["", f"Episodes per evaluation: {eps} per split "
+              f"({_eval_size(eps, tasks) if _multi_sample(eps, tasks) else 'fixed tasks'}, "
               "fixed sampler seed; the same tasks before and after RL).", ""]
     for _, what, got in _extra_decodings(runs):
         lines += [f"The same checkpoints and tasks with {what}:", "",
@@ -361,18 +364,12 @@ def _extra_decodings(runs: list[dict]) -> list[tuple[str, str, list[dict]]]:
     return out
 
 
-def _eval_set(rec: dict) -> str:
-    k = rec.get("samples_per_task", 1)
-    if k == 1:
-        return f"{rec['episodes_per_eval']} fixed tasks"
-    return f"{rec['tasks_per_eval']} fixed tasks x {k} episodes each (a task's success is their mean)"
-
-
 def render_compare(rec: dict, title: str) -> list[str]:
     base = rec["baseline"]
     vs = rec[f"vs_{base}"]
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
-             f"Final success on `{rec['split']}`, {_eval_set(rec)} per "
+             f"Final success on `{rec['split']}`, "
+             f"{_eval_size(rec['episodes_per_eval'], rec.get('tasks_per_eval'))} per "
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
              "two-level bootstrap (seeds, then tasks within a seed, paired across estimators). "
              "The last column is the Student-t interval of the per-seed paired differences "
@@ -451,9 +448,11 @@ def quickstart_summary(rec: dict) -> str:
                         f"{ms([g['warmstart'][split] for g in got])} | "
                         f"**{ms([g['final'][split] for g in got])}** |")
     wall = max(r["wall_s"] for r in runs) / 60
+    size = _eval_size(runs[0].get("episodes_per_eval", "?"), runs[0].get("tasks_per_eval"),
+                      "evaluation tasks")
     return "\n".join([f"Measured on {rec['machine'].get('cpu', 'a CPU')} "
                       f"({rec['machine'].get('cores')} cores), seeds {seeds}, mean +- std over "
-                      f"seeds, {_eval_size(runs[0])} "
+                      f"seeds, {size} "
                       f"per split, decoding sampled as configured (rows marked greedy or with a "
                       f"decoding's name: the same checkpoints and tasks, decoded so; see "
                       f"docs/results.md); every run took at most "
