@@ -28,6 +28,8 @@ def test_estimator_in_training_loop(tmp_path, config, credit, smoke, metric):
     recs = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "rl"]
     assert len(recs) == 2
     assert all(metric in r and r["credit_s"] >= 0 for r in recs)
+    assert all(0 <= r["flat_outcome_group_frac"] <= 1 and 0 <= r["zero_adv_turn_frac"] <= 1
+               for r in recs)
 
 
 def test_compare_two_seeds_share_one_warm_start_per_seed(tmp_path):

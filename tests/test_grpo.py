@@ -133,3 +133,18 @@ def test_revisit_penalty_on_real_text_world_episodes():
     lp = play(env, loop, seed=5)
     assert [bool(t.info["valid_action"]) for t in lp.turns][:2] == [True, False]
     assert revisit_fraction(lp) == pytest.approx(4 / 6)
+
+
+def test_signal_fractions_count_flat_groups_and_zero_advantage_turns():
+    """The step metrics behind "advantage collapse": a group whose outcomes are all equal
+    gives outcome GRPO nothing to train on; the counts are over turns, not trajectories."""
+    from turngym.trainers.credit import signal_fractions
+    from turngym.trainers.distributed import World
+    mixed = TrajectoryGroup(tuple(_traj(r, n, i) for i, (r, n) in enumerate(
+        [(1.0, 2), (0.0, 3)])), "task")  # 5 turns with a signal
+    flat = TrajectoryGroup(tuple(_traj(0.0, 3, i) for i in range(4)), "task")  # 12 turns
+    groups = [mixed, flat]
+    got = signal_fractions(World.local(), groups, assign_credit("grpo", groups))
+    assert got == {"flat_outcome_group_frac": 0.5, "zero_adv_turn_frac": 12 / 17}
+    assert signal_fractions(World.local(), [], []) == {"flat_outcome_group_frac": 0.0,
+                                                       "zero_adv_turn_frac": 0.0}

@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import credit as credit_lib
 from ..agents.branching import BranchPoint, continue_from
 from ..agents.hf_backend import HFPolicy
@@ -21,6 +23,7 @@ from ..agents.policy import HasModel
 from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, RolloutConfig
 from ..types import CreditAssignment, StopReason, Trajectory, TrajectoryGroup
+from .distributed import World
 
 
 @dataclass
@@ -88,3 +91,19 @@ def assign_step_credit(name: str, params: Any, groups: Sequence[TrajectoryGroup]
     trained, errored = drop_errored(groups)
     credits = credit_lib.assign_credit(name, trained, params, ctx) if trained else []
     return trained, credits, {"env_error_episodes": float(errored)}
+
+
+def signal_fractions(world: World, groups: Sequence[TrajectoryGroup],
+                     credits: Sequence[CreditAssignment]) -> dict:
+    """How much of a step's data could train at all, for any estimator:
+    ``flat_outcome_group_frac``, the share of groups whose outcome rewards are all equal
+    (outcome GRPO gives every turn of them A = 0 -- "advantage collapse"), and
+    ``zero_adv_turn_frac``, the share of turns this estimator gave an advantage of exactly 0.
+    Over all ranks' groups."""
+    flat = sum(1.0 for g in groups if len(set(g.outcome_rewards())) <= 1)
+    adv = np.concatenate([np.asarray(a, dtype=np.float64) for c in credits
+                          for a in c.turn_advantages] or [np.zeros(0)])
+    flat, n_groups, zeros, n_turns = world.all_reduce_sum(
+        [flat, float(len(groups)), float(np.sum(adv == 0.0)), float(adv.size)])
+    return {"flat_outcome_group_frac": flat / max(n_groups, 1.0),
+            "zero_adv_turn_frac": zeros / max(n_turns, 1.0)}

@@ -39,7 +39,7 @@ from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, RolloutConfig
 from ..config import to_dict
 from .checkpoint import CheckpointManager, save_model_dir, verify_manifest, write_atomic_text
-from .credit import Brancher, assign_step_credit, credit_context
+from .credit import Brancher, assign_step_credit, credit_context, signal_fractions
 from .distributed import World, close_world, init_world
 from .evaluate import evaluate_model, evaluate_splits
 from .fsdp import (full_optimizer_state, full_state_dict, load_full_optimizer_state,
@@ -253,6 +253,7 @@ def rl_step(run: RLRun, cfg: DictConfig, step: int, world: World, log) -> dict:
     t_upd = time.time() - t2
     rec = _step_record(world, groups, credits, upd, credit_metrics,
                        {"rollout_s": t_roll, "credit_s": t_credit, "update_s": t_upd})
+    rec.update(signal_fractions(world, trained, credits))
     log.log(step + 1, "rl", rec)
     return rec
 
