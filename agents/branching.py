@@ -8,6 +8,11 @@ they were sampled, nothing is re-tokenised.  In window mode the point also carri
 the trajectory's history exchanges, from which the continuation builds its later
 windows exactly as the original rollout would have.  Used by the credit-quality
 probe (Monte-Carlo values of states) and by branch-contrast credit.
+
+An env that raises while replaying (a retriever gone away) ends that continuation as
+an error episode (``StopReason.ERROR``, no turns), as it would end a rollout; callers
+leave those out of their values.  A replay that ends the episode early means the env is
+not deterministic under reset(seed) + replay: :class:`ReplayDiverged` is raised.
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..types import ContextMode, Trajectory
+from ..types import ContextMode, StopReason, Trajectory
 from .constraints import ADMISSIBLE_KEY
 from .policy import Policy
 from .prompting import ChatPrompter
-from .rollout import EnvPool, RolloutConfig, run_episodes, start_episode, to_trajectory
+from .rollout import (Episode, EnvPool, RolloutConfig, run_episodes, start_episode,
+                      to_trajectory)
 from .transcript import Transcript
 
 
@@ -74,17 +80,18 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
             if ContextMode(bp.context_mode) is not cfg.context_mode:
                 raise ValueError(f"branch point in {bp.context_mode} mode, rollout config in "
                                  f"{cfg.context_mode} mode")
-            e = start_episode(env, bp.task_seed, bp.group_id, prompter, cfg)
-            for a in bp.actions:
-                _, _, term, trunc, info = env.step(a)
-                e.commands = tuple(info.get(ADMISSIBLE_KEY) or ())
-                if term or trunc:
-                    raise ValueError(f"replaying {len(bp.actions)} actions of task "
-                                     f"{bp.task_seed} ended the episode early")
-            e.transcript = (Transcript.resume_full(prompter, bp.context)
-                            if cfg.context_mode is ContextMode.FULL else
-                            Transcript.resume_window(prompter, cfg.window_turns, bp.history,
-                                                     bp.context))
+            transcript = (Transcript.resume_full(prompter, bp.context)
+                          if cfg.context_mode is ContextMode.FULL else
+                          Transcript.resume_window(prompter, cfg.window_turns, bp.history,
+                                                   bp.context))
+            try:
+                e = _replay(env, bp, prompter, cfg)
+            except ReplayDiverged:
+                raise
+            except Exception as exc:  # as in a rollout: an env failure ends this episode only
+                e = Episode(env, bp.task_seed, bp.group_id, transcript, done=True,
+                            stop=StopReason.ERROR, info0={"env_error": repr(exc)})
+            e.transcript = transcript
             e.task_id = bp.task_id or e.task_id
             e.start_turn, e.response_prefix = bp.turn, list(bp.response_prefix)
             e.total_reward = bp.prior_reward
@@ -93,3 +100,19 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
     finally:
         pool.give(envs)
     return [to_trajectory(e, policy_version) for e in episodes]
+
+
+class ReplayDiverged(ValueError):
+    """Replaying a branch point's actions did not reach its state (the env is not
+    deterministic under reset(seed) + replay): a bug to report, never an episode."""
+
+
+def _replay(env, bp: BranchPoint, prompter: ChatPrompter, cfg: RolloutConfig) -> Episode:
+    e = start_episode(env, bp.task_seed, bp.group_id, prompter, cfg)
+    for a in bp.actions:
+        _, _, term, trunc, info = env.step(a)
+        e.commands = tuple(info.get(ADMISSIBLE_KEY) or ())
+        if term or trunc:
+            raise ReplayDiverged(f"replaying {len(bp.actions)} actions of task "
+                                 f"{bp.task_seed} ended the episode early")
+    return e

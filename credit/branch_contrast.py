@@ -11,7 +11,8 @@ rollout at its most uncertain tokens and seeing whether the outcome changes.
 3. **Exact-prefix groups.** At each node the env is replayed to the state of that
    turn and ``branches_per_node`` continuations are sampled from the *identical*
    token prefix (the interrupted response included).  Parent + branches form the
-   node's group with outcome rewards R.
+   node's group with outcome rewards R (continuations the env cut off with an error
+   are left out).
 4. **Contrastive Branch Value.** ``CBV = std(R)`` (``cbv``: std | range | mad).
    Continuation advantages ``a_k = (R_k - mean R) / (std R + eps)`` are rescaled by
    ``w = CBV / mean CBV`` over the group's contrastive nodes: w >= 0, so the sign
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..agents.branching import branch_point_at
 from ..agents.policy import HasModel
-from ..types import CreditAssignment, TrajectoryGroup
+from ..types import CreditAssignment, StopReason, TrajectoryGroup
 from .grpo import group_normalize
 from .registry import CreditContext, register_estimator
 from .scoring import response_entropies
@@ -58,22 +59,26 @@ def select_nodes(entropies: list[list[np.ndarray]], budget: int, topk: int, path
         for q in np.argsort(-flat, kind="stable")[:topk]:
             t, o = pos[int(q)]
             cands.append((i, t, o, int(q), float(flat[q])))
+    if not cands:
+        return []
+    traj = np.array([c[0] for c in cands])
+    q = np.array([c[3] for c in cands])
+    h = np.array([c[4] for c in cands])
+    on_traj = np.zeros(len(entropies), dtype=np.int64)  # nodes chosen per trajectory
+    near = np.zeros(len(cands), dtype=np.int64)  # chosen nodes within the window
+    taken = np.zeros(len(cands), dtype=bool)
     chosen: list[tuple[int, int, int]] = []
-    per_traj: dict[int, list[int]] = {}
-    for _ in range(budget):
-        best, best_score = None, 0.0
-        for i, t, o, q, h in cands:
-            mine = per_traj.get(i, [])
-            if q in mine:
-                continue
-            near = sum(abs(q - p) <= window for p in mine)
-            score = h * path_decay ** len(mine) * node_decay ** near
-            if score > best_score:
-                best, best_score = (i, t, o, q), score
-        if best is None:
+    for _ in range(budget):  # one vectorised scoring pass per pick
+        score = np.where(taken, -np.inf,
+                         h * path_decay ** on_traj[traj] * node_decay ** near)
+        c = int(np.argmax(score))  # the first best, as candidates are ordered
+        if not score[c] > 0:
             break
-        chosen.append(best[:3])
-        per_traj.setdefault(best[0], []).append(best[3])
+        i, t, o, qc, _ = cands[c]
+        chosen.append((i, t, o))
+        taken[c] = True
+        on_traj[i] += 1
+        near += (traj == i) & (np.abs(q - qc) <= window)
     return chosen
 
 
@@ -101,14 +106,16 @@ class BranchContrastParams:
                              "branches_per_node >= 1 are required")
 
 
-def contrast_value(r: np.ndarray, how: str) -> float:
-    if how == "std":
-        return float(r.std())
-    if how == "range":
-        return float(r.max() - r.min())
-    if how == "mad":
-        return float(np.abs(r - r.mean()).mean())
-    raise ValueError(f"cbv must be std, range or mad; got {how!r}")
+_CONTRAST = {
+    CBV.std: lambda r: float(r.std()),
+    CBV.range: lambda r: float(r.max() - r.min()),
+    CBV.mad: lambda r: float(np.abs(r - r.mean()).mean()),
+}
+
+
+def contrast_value(r: np.ndarray, how: CBV | str) -> float:
+    """How much a node's outcomes differ (``how`` is a :class:`CBV` or its name)."""
+    return _CONTRAST[CBV(how)](r)
 
 
 @register_estimator("branch_contrast", params=BranchContrastParams,
@@ -131,12 +138,16 @@ def branch_contrast(group: TrajectoryGroup, p: BranchContrastParams,
                          p.node_window)
     k = p.branches_per_node
     points = [branch_point_at(trajs[i], t, o) for i, t, o in nodes for _ in range(k)]
-    branches = brancher(points) if points else []
-    how = CBV(p.cbv).value
+    sampled = brancher(points) if points else []
+    # a continuation the env cut off with an error says nothing about the decision:
+    # it is neither scored nor trained on (as errored rollouts are dropped before credit)
+    node_branches = [[b for b in sampled[n * k:(n + 1) * k]
+                      if b.stop_reason is not StopReason.ERROR] for n in range(len(nodes))]
+    branches = [b for bs in node_branches for b in bs]
+    how = CBV(p.cbv)
     node_adv, node_cbv, branch_adv = [], [], []
     for n, (i, _, _) in enumerate(nodes):
-        r = np.array([trajs[i].outcome_reward] + [b.outcome_reward
-                                                  for b in branches[n * k:(n + 1) * k]])
+        r = np.array([trajs[i].outcome_reward] + [b.outcome_reward for b in node_branches[n]])
         sd = r.std()
         a = (r - r.mean()) / (sd + eps) if sd > 0 else np.zeros_like(r)
         node_adv.append(a)
@@ -160,12 +171,13 @@ def branch_contrast(group: TrajectoryGroup, p: BranchContrastParams,
                                for a, b in zip(starts[:-1], starts[1:])))
     extra = []
     for n in range(len(nodes)):
-        for b_idx, b in enumerate(branches[n * k:(n + 1) * k]):
+        for b_idx, b in enumerate(node_branches[n]):
             adv = float(node_adv[n][1 + b_idx] * weights[n])
             branch_adv.append(adv)
             extra.append((b, tuple([adv] * b.num_turns)))
     turn_adv = tuple(tuple([float(grpo[i])] * t.num_turns) for i, t in enumerate(trajs))
     metrics = {"nodes": float(len(nodes)), "branches": float(len(branches)),
+               "error_branches": float(len(sampled) - len(branches)),
                "contrastive_node_frac": float((cbv > 0).mean()) if cbv.size else 0.0,
                "cbv_mean": float(cbv.mean()) if cbv.size else 0.0,
                "branch_reward_mean": float(np.mean([b.outcome_reward for b in branches]))

@@ -10,6 +10,7 @@ from turngym.credit import CreditContext, assign_credit
 from turngym.credit.branch_contrast import contrast_value, select_nodes
 from turngym.envs.textworld import TextWorldEnv
 from turngym.trainers.batching import rows_from_groups
+from turngym.types import StopReason
 
 
 def _setup(tiny_stack, seeds=(1, 2), group=4, temperature=1.5):
@@ -205,3 +206,50 @@ def test_entropy_screen_reads_the_distribution_the_branches_sample_from(tiny_sta
     finally:
         bc.response_entropies = real
     assert seen == [0.5]
+
+
+class FlakyTextWorld(TextWorldEnv):
+    """A text world whose backend goes away on demand: every step then raises."""
+    broken = False
+
+    def step(self, action):
+        if FlakyTextWorld.broken:
+            raise ConnectionError("backend gone away")
+        return super().step(action)
+
+
+def test_an_env_failing_while_a_branch_replays_ends_only_that_branch(tiny_stack, monkeypatch):
+    """The env raising while a prefix is replayed (a retriever down mid-step) is an error
+    continuation, as it would be in a rollout -- not an exception that kills the RL step --
+    and branch contrast neither scores nor trains such branches."""
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    pool = EnvPool(lambda: FlakyTextWorld(split="train", max_turns=5))
+    cfg = RolloutConfig(max_turns=4, max_new_tokens=6, temperature=1.5)
+    monkeypatch.setattr(FlakyTextWorld, "broken", False)
+    groups = rollout(policy, prompter, pool, [1], 3, cfg)
+    g = groups[0]
+    assert all(t.num_turns >= 2 for t in g)
+    monkeypatch.setattr(FlakyTextWorld, "broken", True)
+    out = continue_from(policy, prompter, pool, [branch_point_at(g.trajectories[0], 1, 0)], cfg)
+    (b,) = out
+    assert b.stop_reason is StopReason.ERROR and b.num_turns == 0
+    assert "backend gone away" in b.info["env_error"]
+
+    nodes = [(i, 1, 0) for i in range(len(g))]
+    import turngym.credit.branch_contrast as bc
+    monkeypatch.setattr(bc, "select_nodes", lambda *a, **k: nodes)
+    seen = []
+
+    def brancher(points):
+        res = continue_from(policy, prompter, pool, points, cfg)
+        seen.extend(res)
+        return res
+    res = assign_credit("branch_contrast", [g], {"branches_per_node": 2},
+                        CreditContext(policy=policy, brancher=brancher))[0]
+    assert len(seen) == 6 and all(s.stop_reason is StopReason.ERROR for s in seen)
+    assert res.extra == () and res.metrics["error_branches"] == 6.0
+    assert res.metrics["branches"] == 0.0
+    # no node kept a branch, so no contrast: every token keeps the outcome advantage
+    for traj, toks, adv in zip(g, res.token_advantages, res.turn_advantages):
+        assert np.allclose(np.concatenate([np.asarray(x) for x in toks]), adv[0])

@@ -131,3 +131,45 @@ def test_mc_standard_errors_and_bootstrap_intervals():
     assert good["spearman_ci95"][0] > bad["spearman_ci95"][1]  # a real estimate is separable
     assert bad["spearman_ci95"][0] < 0 < bad["spearman_ci95"][1]  # noise straddles zero
     assert -1.0 <= split_half_ceiling(truth) <= 1.0
+
+
+def test_continuations_cut_off_by_env_errors_are_left_out_of_the_truth():
+    """An errored continuation is no outcome: V(s) is the mean of the others, its SE
+    counts only them, and a state with none left has no truth (NaN, skipped by the
+    agreement) instead of counting as a failure."""
+    from turngym.trainers.probe import MCTruth, bootstrap_agreement
+    nan = np.nan
+    o = np.array([[1.0, nan, 1.0, 0.0],    # 3 continuations left: V = 2/3
+                  [nan, nan, nan, nan],    # none left: no V
+                  [0.0, 0.0, 1.0, 1.0]])   # V = 1/2
+    truth = MCTruth([[o]], [[1.0]])
+    v = truth.values()[0][0]
+    np.testing.assert_allclose(v[[0, 2, 3]], [2 / 3, 0.5, 1.0])
+    assert np.isnan(v[1]) and truth.errors() == 5
+    adv = truth.advantages()[0][0]
+    assert np.isnan(adv[0]) and np.isnan(adv[1]) and adv[2] == pytest.approx(0.5)
+    se = truth.standard_errors()[0][0]
+    sd2 = np.std([0.0, 0.0, 1.0, 1.0], ddof=1) / np.sqrt(4)
+    assert np.isnan(se[0]) and se[2] == pytest.approx(sd2)  # the terminal value is exact
+    # only the turn with a truth is compared: a perfect estimate there agrees fully
+    res = agreement(np.array([5.0, -5.0, 0.5]), adv)
+    assert res["turns"] == 1 and res["sign_agreement"] == 1.0
+    boot = bootstrap_agreement([[np.array([5.0, -5.0, 0.5])]], truth, n_boot=50)
+    assert boot["sign_agreement"] == 1.0
+
+
+def test_mc_truth_marks_continuations_the_env_cut_off(tiny_stack, monkeypatch):
+    from test_branch_contrast import FlakyTextWorld
+
+    from turngym.trainers.probe import mc_truth
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    pool = EnvPool(lambda: FlakyTextWorld(split="train", max_turns=5))
+    cfg = RolloutConfig(max_turns=3, max_new_tokens=6, temperature=1.5)
+    monkeypatch.setattr(FlakyTextWorld, "broken", False)
+    groups = rollout(policy, prompter, pool, [1], 2, cfg)
+    monkeypatch.setattr(FlakyTextWorld, "broken", True)
+    truth = mc_truth(policy, prompter, pool, groups, cfg, 2, progress=False)
+    n_states = sum(t.num_turns for t in groups[0])
+    assert truth.errors() == 2 * n_states  # none counted as a failure (0.0)
+    assert all(np.isnan(o).all() for o in truth.outcomes[0])

@@ -7,6 +7,9 @@ agent acted in is resumed exactly (env replay + the identical token prefix, see
 it with the same policy.  Their mean outcome is V(s_t); the terminal state's value
 is the trajectory's own outcome.  The true advantage of turn t's action is
 ``V(s_{t+1}) - V(s_t)`` (the env is deterministic, so Q(s_t, a_t) = V(s_{t+1})).
+Episodes and continuations the env cut off with an error are left out (counted as
+``error_episodes`` / ``error_continuations``); a turn none of whose states keeps a
+continuation has no truth and is left out of the agreement (``turns_without_truth``).
 
 Per module (on the same trajectory groups): Spearman rank correlation with the
 true advantages over all turns, sign agreement on turns whose true advantage is
@@ -32,9 +35,9 @@ from ..agents.factory import load_pretrained
 from ..agents.hf_backend import HFPolicy
 from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, rollout
-from ..types import TrajectoryGroup
+from ..types import StopReason, TrajectoryGroup
 from .checkpoint import write_atomic_text
-from .credit import Brancher, credit_context
+from .credit import Brancher, credit_context, drop_errored
 from .runtime import env_factory, quiet_transformers, rollout_config
 from .samples import write_probe_samples
 
@@ -63,6 +66,9 @@ def _z(x: np.ndarray) -> np.ndarray:
 
 
 def agreement(estimate: np.ndarray, truth: np.ndarray, tol: float = 1e-6) -> dict:
+    """Over the turns whose truth is known (NaN: every continuation hit an env error)."""
+    known = np.isfinite(truth)
+    estimate, truth = estimate[known], truth[known]
     clear = np.abs(truth) > tol
     sign = float((np.sign(estimate[clear]) == np.sign(truth[clear])).mean()) if clear.any() \
         else float("nan")
@@ -83,22 +89,34 @@ def turn_level(c) -> np.ndarray:
     return np.array(out, dtype=np.float64)
 
 
+def _nanmean(o: np.ndarray) -> np.ndarray:
+    """Row means over the finite entries (NaN for a row with none), without warnings."""
+    n = np.isfinite(o).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.nansum(o, 1) / n, np.nan)
+
+
 @dataclass
 class MCTruth:
     """Monte-Carlo truth per turn: ``outcomes[g][i][t]`` holds the continuation outcomes
     from the state before turn t of trajectory i of group g."""
 
-    outcomes: list[list[np.ndarray]]  # [g][i] -> array [T_i, continuations]
+    outcomes: list[list[np.ndarray]]  # [g][i] -> array [T_i, continuations]; NaN: env error
     final: list[list[float]]  # [g][i]: the trajectory's own outcome (terminal value)
 
     def values(self, cols: np.ndarray | None = None) -> list[list[np.ndarray]]:
-        """V(s_t) per turn (mean over the given continuation columns), then the outcome."""
-        return [[np.append(o[:, cols].mean(1) if cols is not None else o.mean(1), f)
+        """V(s_t) per turn (mean over the given continuation columns that the env did not
+        cut off with an error; NaN where none is left), then the outcome."""
+        return [[np.append(_nanmean(o[:, cols] if cols is not None else o), f)
                  for o, f in zip(og, fg)] for og, fg in zip(self.outcomes, self.final)]
 
     def advantages(self, cols: np.ndarray | None = None) -> list[list[np.ndarray]]:
         """A_t = V(s_{t+1}) - V(s_t) per turn."""
         return [[np.diff(v) for v in vg] for vg in self.values(cols)]
+
+    def errors(self) -> int:
+        """Continuations the env cut off with an error (left out of every value)."""
+        return int(sum(np.isnan(o).sum() for og in self.outcomes for o in og))
 
     def standard_errors(self) -> list[list[np.ndarray]]:
         """SE of each A_t: V estimates from independent continuations, so the variances
@@ -107,9 +125,10 @@ class MCTruth:
         for og in self.outcomes:
             rows = []
             for o in og:
-                c = o.shape[1]
-                se_v = np.append(o.std(1, ddof=1) / np.sqrt(c) if c > 1 else
-                                 np.full(o.shape[0], np.nan), 0.0)
+                c = np.isfinite(o).sum(1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    sd = np.sqrt(np.nansum((o - _nanmean(o)[:, None]) ** 2, 1) / (c - 1))
+                se_v = np.append(np.where(c > 1, sd / np.sqrt(np.maximum(c, 1)), np.nan), 0.0)
                 rows.append(np.sqrt(se_v[:-1] ** 2 + se_v[1:] ** 2))
             out.append(rows)
         return out
@@ -132,7 +151,8 @@ def mc_truth(policy, prompter, pool, groups: Sequence[TrajectoryGroup], rcfg,
         for (gi, ti, t, c), tr in zip(index[s:s + chunk],
                                       continue_from(policy, prompter, pool, points[s:s + chunk],
                                                     rcfg)):
-            outcomes[gi][ti][t, c] = tr.outcome_reward
+            outcomes[gi][ti][t, c] = (np.nan if tr.stop_reason is StopReason.ERROR
+                                      else tr.outcome_reward)
         bar.update(len(points[s:s + chunk]))
     bar.close()
     return MCTruth(outcomes, [[t.outcome_reward for t in g] for g in groups])
@@ -185,7 +205,8 @@ def split_half_ceiling(truth: MCTruth) -> float:
         return float("nan")
     a = _flat(truth.advantages(np.arange(0, c // 2)))
     b = _flat(truth.advantages(np.arange(c // 2, c)))
-    return spearman(a, b)
+    both = np.isfinite(a) & np.isfinite(b)
+    return spearman(a[both], b[both])
 
 
 def per_turn_estimates(credits, groups) -> list[list[np.ndarray]]:
@@ -218,17 +239,25 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
     pool = EnvPool(env_factory(cfg, split))
     rcfg = rollout_config(cfg)
     groups = rollout(policy, prompter, pool, list(range(seed, seed + tasks)), group_size, rcfg)
+    groups, error_episodes = drop_errored(groups)  # as training does: never scored
     truth = mc_truth(policy, prompter, pool, groups, rcfg, continuations, progress=progress)
     flat_truth = _flat(truth.advantages())
+    known = np.isfinite(flat_truth)  # a state all of whose continuations hit an env error
     se = _flat(truth.standard_errors())
     given = OmegaConf.to_container(cfg.rl.credit.params, resolve=True) or {}
     results: dict = {"command": command, "split": split, "tasks": tasks,
                      "group_size": group_size, "continuations": continuations,
                      "checkpoint": str(checkpoint), "turns": int(flat_truth.size),
                      "success": float(np.mean([t.success for g in groups for t in g])),
-                     "true_adv_abs_mean": float(np.abs(flat_truth).mean()),
-                     "true_adv_se_mean": float(np.nanmean(se)) if se.size else float("nan"),
-                     "clear_turns": int((np.abs(flat_truth) > 2 * np.nan_to_num(se)).sum()),
+                     "error_episodes": error_episodes,
+                     "error_continuations": truth.errors(),
+                     "turns_without_truth": int((~known).sum()),
+                     "true_adv_abs_mean": float(np.abs(flat_truth[known]).mean())
+                     if known.any() else float("nan"),
+                     "true_adv_se_mean": float(np.nanmean(se)) if np.isfinite(se).any()
+                     else float("nan"),
+                     "clear_turns": int((np.abs(flat_truth[known])
+                                         > 2 * np.nan_to_num(se[known])).sum()),
                      "split_half_spearman": split_half_ceiling(truth),
                      "n_boot": n_boot, "modules": {}, "skipped": {}}
     brancher = Brancher(policy, prompter, pool, rcfg)

@@ -231,7 +231,9 @@ def group_record(group: TrajectoryGroup, credits: Mapping[str, CreditAssignment]
     if scores:
         rec["scores"] = dict(scores)
     if mc_advantages is not None:
-        rec["mc_advantage"] = [[float(x) for x in row] for row in mc_advantages]
+        # NaN (every continuation from that state hit an env error) as null
+        rec["mc_advantage"] = [[float(x) if math.isfinite(x) else None for x in row]
+                               for row in mc_advantages]
     if mc_standard_errors is not None:  # NaN (one continuation) as null
         rec["mc_se"] = [[float(x) if math.isfinite(x) else None for x in row]
                         for row in mc_standard_errors]

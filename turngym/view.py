@@ -54,6 +54,10 @@ def _rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
     return [[_r(x) for x in row] for row in rows]
 
 
+def _nullable_rows(rows: Sequence[Sequence[float | None]]) -> list[list[float | None]]:
+    return [[None if x is None else _r(x) for x in row] for row in rows]
+
+
 def _max_diff(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> float:
     if [len(x) for x in a] != [len(x) for x in b]:
         return math.inf
@@ -115,12 +119,15 @@ def group_view(rec: Mapping[str, Any], names: Sequence[str]) -> dict:
            "roles": oracle_roles(group), "gold": _gold_scores(rec, group)}
     mc = rec.get("mc_advantage")
     if mc is not None:
-        out["mc"] = _rows(mc)
+        out["mc"] = _nullable_rows(mc)
         if rec.get("mc_se") is not None:
-            out["mc_se"] = [[None if x is None else _r(x) for x in row] for row in rec["mc_se"]]
+            out["mc_se"] = _nullable_rows(rec["mc_se"])
         truth = [x for row in mc for x in row]
-        out["mc_spearman"] = {n: _r(spearman([x for row in v for x in row], truth))
-                              for n, v in sets.items() if v is not None and len(truth) > 1}
+        known = [k for k, x in enumerate(truth) if x is not None]  # null: no MC value
+        out["mc_spearman"] = {
+            n: _r(spearman([flat[k] for k in known], [truth[k] for k in known]))
+            for n, flat in ((n, [x for row in v for x in row]) for n, v in sets.items()
+                            if v is not None) if len(known) > 1}
     return out
 
 
@@ -398,7 +405,9 @@ function colour(x) {
   }
   return "rgb(33, 102, 172)";
 }
-function fmt(v) { return (v > 0 ? "+" : "") + v.toFixed(3); }
+function fmt(v) {  // null: no value (every MC continuation hit an env error)
+  return v === null ? "n/a" : (v > 0 ? "+" : "") + v.toFixed(3);
+}
 function short(s, n) { s = String(s || ""); return s.length > n ? s.slice(0, n) + " ..." : s; }
 function scaleOf(rows) {
   var m = 0;
