@@ -203,3 +203,22 @@ def test_trackers_tensorboard_and_wandb_offline_read_back(tmp_path, monkeypatch)
     for key in (b"rl/success_rate", b"eval/success/valid_unseen", b"0.25"):
         assert key in data, key
     assert b"text is skipped" not in data
+
+
+def test_a_save_killed_between_its_renames_loses_neither_copy(run):
+    """Replacing a directory moves the old one aside first (a directory cannot be renamed
+    over a non-empty one); killed right after that, the run dir has no final/ and the
+    newest checkpoint is only the aside copy.  Resuming puts both back instead of
+    deleting them as staging leftovers and falling back to an older checkpoint."""
+    from turngym.trainers.run import prepare_run_dir
+    ckpts = run / "checkpoints"
+    weights = (ckpts / "step_000003" / "model.safetensors").read_bytes()
+    os.replace(ckpts / "step_000003", ckpts / ".step_000003.old999")
+    os.replace(run / "final", run / ".final.old999")
+    (ckpts / ".step_000003.staging999").mkdir()  # the half-written replacement
+    point = prepare_run_dir(_cfg(run, "rl.steps=4"), resume=True, overwrite=False)
+    assert point.step == 3  # not step 2: the newest checkpoint was kept
+    assert (ckpts / "step_000003" / "model.safetensors").read_bytes() == weights
+    assert (run / "final" / "model.safetensors").exists()
+    assert not list(ckpts.glob(".*")) and not list(run.glob(".final*"))
+    assert any("restored final/" in n for n in point.notes)

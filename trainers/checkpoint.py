@@ -43,6 +43,15 @@ def _fsync_tree(path: Path) -> None:
                 os.fsync(f.fileno())
 
 
+def _fsync_dir(path: Path) -> None:
+    """Makes a rename inside ``path`` durable (the directory entry, not only the data)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic_text(path: Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -51,6 +60,18 @@ def write_atomic_text(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def copy_atomic(src: Path, dst: Path) -> None:
+    """``dst`` becomes a copy of ``src`` all at once (readers see the old or the new file)."""
+    dst = Path(dst)
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dst)
+    _fsync_dir(dst.parent)
 
 
 def _sha256(path: Path) -> str:
@@ -108,12 +129,31 @@ def _write_model(directory: Path, model, tokenizer, extra, state_dict) -> None:
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
+    """``src`` (complete, fsynced) becomes ``dst``.  A directory cannot be renamed over a
+    non-empty one, so an existing ``dst`` is first moved aside to ``.<name>.old<pid>``;
+    a crash between the two renames leaves no ``dst`` but that old copy, which
+    :func:`restore_moved_aside` puts back."""
     old = dst.with_name(f".{dst.name}.old{os.getpid()}")
     if dst.exists():
         os.replace(dst, old)
     os.replace(src, dst)
+    _fsync_dir(dst.parent)
     if old.exists():
         shutil.rmtree(old)
+
+
+def restore_moved_aside(parent: Path) -> list[Path]:
+    """Puts back every directory :func:`_replace_dir` moved aside and did not replace (a
+    crash between its renames): ``.<name>.old<pid>`` becomes ``<name>`` again when
+    ``<name>`` is missing.  Returns the restored paths."""
+    restored = []
+    for p in sorted(Path(parent).glob(".*.old*")) if Path(parent).exists() else ():
+        name = p.name[1:p.name.rindex(".old")]
+        dst = p.with_name(name)
+        if p.is_dir() and name and not dst.exists():
+            os.replace(p, dst)
+            restored.append(dst)
+    return restored
 
 
 class CheckpointManager:
@@ -124,6 +164,7 @@ class CheckpointManager:
     def clean_staging(self) -> list[Path]:
         """Removes leftovers of saves that were killed half-way (``.step_*.staging*``,
         ``.tmp*``/``.old*`` dirs); returns what was removed."""
+        restore_moved_aside(self.root)  # a checkpoint moved aside by a killed save is kept
         removed = []
         if self.root.exists():
             for p in self.root.iterdir():

@@ -23,7 +23,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import TrainConfig, to_dict, to_yaml
-from .checkpoint import CheckpointError, CheckpointManager, verify_manifest, write_atomic_text
+from .checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    restore_moved_aside,
+    verify_manifest,
+    write_atomic_text,
+)
 from .metrics import truncate_after
 
 # keys a resumed run may change (glob patterns over dotted keys)
@@ -111,9 +117,12 @@ def _resume_point(cfg: DictConfig, out: Path) -> ResumePoint:
         raise RunError("resuming with a changed config would silently ignore the change:\n  "
                        + "\n  ".join(refused) + "\n  only " + ", ".join(RESUME_MAY_CHANGE)
                        + " may change on resume; start a new run (another output_dir) instead")
+    # warmstart/ or final/ moved aside by a save killed between its two renames
+    restored = restore_moved_aside(out)
     ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
     removed = ckpts.clean_staging()
     point = ResumePoint(notes=[f"config change on resume: {x}" for x in allowed])
+    point.notes += [f"restored {p.name}/ moved aside by an interrupted save" for p in restored]
     point.notes += [f"removed an interrupted save: {p.name}" for p in removed]
     latest, skipped = ckpts.newest_valid()
     point.notes += [f"skipped checkpoint: {why}" for why in skipped]
