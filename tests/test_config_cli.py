@@ -131,3 +131,17 @@ def test_real_model_gpu_configs_resolve_and_demand_a_model_path(name):
     env.close()
     with pytest.raises(ValueError, match="needs model.path"):
         build_model(cfg.model)
+
+
+def test_results_records_are_written_whole_and_replacing_one_is_said(tmp_path, capsys):
+    from turngym.cli import _publish
+    png = tmp_path / "plot.png"
+    png.write_bytes(b"\x89PNG one")
+    rec = tmp_path / "docs" / "results" / "compare_x.json"
+    _publish(rec, '{"a": 1}', png)
+    assert rec.read_text() == '{"a": 1}' and rec.with_suffix(".png").read_bytes() == png.read_bytes()
+    assert capsys.readouterr().out.strip() == f"written {rec}"
+    _publish(rec, '{"a": 2}')
+    assert rec.read_text() == '{"a": 2}'
+    assert capsys.readouterr().out.strip() == f"replaced {rec}"
+    assert sorted(p.name for p in rec.parent.iterdir()) == ["compare_x.json", "compare_x.png"]

@@ -291,13 +291,8 @@ def _run(args) -> int:
 
             from .trainers.results import compare_record
             split = list(cfg.env.eval_splits)[-1]
-            path = Path(args.results)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(compare_record(res, split, res["command"]), indent=1))
-            png = Path(cfg.output_dir) / "compare.png"
-            if png.exists():
-                import shutil
-                shutil.copy(png, path.with_suffix(".png"))
+            _publish(args.results, json.dumps(compare_record(res, split, res["command"]),
+                                              indent=1), Path(cfg.output_dir) / "compare.png")
         return 0
     if args.command == "probe":
         from .trainers.probe import format_probe, run_probe
@@ -309,12 +304,8 @@ def _run(args) -> int:
                         command=args.command_line)
         print(format_probe(res))
         if args.results:
-            from pathlib import Path
-
             from .trainers.results import probe_record
-            path = Path(args.results)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(probe_record(res, res["command"]), indent=1))
+            _publish(args.results, json.dumps(probe_record(res, res["command"]), indent=1))
         return 0
     from .trainers.pipeline import train
     summary = train(cfg, resume=args.resume, overwrite=args.overwrite,
@@ -375,7 +366,6 @@ def _results(args) -> int:
 
 
 def _judge_eval(args) -> int:
-    import shutil
     from pathlib import Path
 
     from .config import ConfigError
@@ -446,14 +436,10 @@ def _judge_eval(args) -> int:
     except JudgeEvalError as exc:
         raise ConfigError(str(exc)) from None
     print(format_report(res))
+    print(f"written {args.out}/judge_eval.json")
     if args.results:
-        path = Path(args.results)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(Path(args.out) / "judge_eval.json", path)
-        png = Path(args.out) / "judge_eval.png"
-        if png.exists():
-            shutil.copy(png, path.with_suffix(".png"))
-    print(f"written {args.out}/judge_eval.json" + (f", {args.results}" if args.results else ""))
+        _publish(args.results, (Path(args.out) / "judge_eval.json").read_text(),
+                 Path(args.out) / "judge_eval.png")
     return 0
 
 
@@ -473,9 +459,23 @@ def _eval(args) -> int:
         raise ConfigError(f"--split {bad[0]!r}: this config's splits are {known}")
     res = evaluate_checkpoint(cfg, args.checkpoint, args.split)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+        _publish(args.json, json.dumps(res, indent=1))
     return 0
+
+
+def _publish(path, text: str, png=None) -> None:
+    """Writes a results record atomically (and copies its plot ``png``, when there is one,
+    next to it as ``<name>.png``); replacing an earlier record is said, never silent."""
+    from pathlib import Path
+
+    from .trainers.checkpoint import copy_atomic, write_atomic_text
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replaced = path.exists()
+    write_atomic_text(path, text)
+    if png is not None and Path(png).exists():
+        copy_atomic(Path(png), path.with_suffix(".png"))
+    print(f"{'replaced' if replaced else 'written'} {path}", flush=True)
 
 
 def _view(args) -> int:
