@@ -128,3 +128,28 @@ def test_minilm_recall_at_3_on_full_bundled_corpus():
     r = DenseRetriever(ds.passages)
     queries, gold = _oracle_queries(ds.splits["test"])
     assert recall_at_k(r, queries, gold, topk=3) >= 0.95
+
+
+def test_two_processes_building_one_bm25_index_both_get_it(tmp_path, monkeypatch):
+    """Two builders of the same BM25 index in one cache (torchrun ranks, parallel runs):
+    the one that publishes second finds the directory taken.  It must use the published
+    index, not crash at env construction, and leave no temporary directory behind."""
+    import bm25s
+
+    ds = get_dataset(SMALL_WIKI)
+    real_save = bm25s.BM25.save
+    rival = {}
+
+    def save_after_a_rival_published(self, path, *a, **k):
+        if not rival:  # while this builder saves, another one builds and publishes
+            rival["r"] = None
+            rival["r"] = BM25Retriever(ds.passages, index_dir=str(tmp_path))
+        return real_save(self, path, *a, **k)
+    monkeypatch.setattr(bm25s.BM25, "save", save_after_a_rival_published)
+    late = BM25Retriever(ds.passages, index_dir=str(tmp_path))
+    first = rival["r"]
+    assert first.built and not late.built
+    q = [ex.question for ex in ds.splits["test"][:5]]
+    assert [[h.passage.id for h in hits] for hits in late.search(q, 3)] == \
+           [[h.passage.id for h in hits] for hits in first.search(q, 3)]
+    assert [p.name for p in tmp_path.iterdir()] == [first.index_path.name]

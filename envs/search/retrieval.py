@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,10 +182,19 @@ class BM25Retriever:
             model = bm25s.BM25(k1=k1, b=b)
             model.index(tokens, show_progress=progress)
             tmp = self.index_path.with_name(self.index_path.name + f".tmp{os.getpid()}")
-            model.save(str(tmp))
-            os.replace(tmp, self.index_path)
+            try:
+                model.save(str(tmp))
+                os.replace(tmp, self.index_path)
+                self.built = True
+            except OSError:
+                # another process (a torchrun rank, a parallel run) published the same
+                # index first: a directory cannot be renamed over a non-empty one; use theirs
+                if not (self.index_path / "params.index.json").exists():
+                    raise
+                self.built = False
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
             self.model = bm25s.BM25.load(str(self.index_path), mmap=True)
-            self.built = True
 
     def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
         topk = _check_topk(topk)
