@@ -52,7 +52,7 @@ def build_model(mcfg, corpus: Iterable[str] = (), extra_words: Iterable[str] = (
     ``kind=hf``: load ``path``."""
     if mcfg.kind == "tiny":
         tok = build_tiny_tokenizer(corpus, extra_words,
-                                   fuse_entities=getattr(mcfg, "fuse_entities", True),
+                                   fuse_entities=mcfg.fuse_entities,
                                    phrases=phrases)
         model = build_tiny_model(tok, mcfg.hidden_size, mcfg.num_layers, mcfg.num_heads,
                                  mcfg.intermediate_size, mcfg.max_positions, seed=seed)

@@ -16,6 +16,8 @@ from typing import Sequence
 
 import torch
 
+from .policy import WrapsBaseModel
+
 __all__ = [
     "autocast", "model_device", "forward_logits", "token_logprobs", "token_entropies",
     "right_pad", "cache_kwarg", "cache_of", "growing_cache", "sequence_logprobs",
@@ -178,7 +180,7 @@ def sequence_entropies(model, seqs: Sequence[Sequence[int]], pad_id: int, budget
 
 # ------------------------------------------------------------------------ KV cache
 def _innermost(model):
-    while hasattr(model, "get_base_model"):  # peft / reference wrappers pass kwargs through
+    while isinstance(model, WrapsBaseModel):  # peft / reference wrappers pass kwargs through
         inner = model.get_base_model()
         if inner is model:
             break

@@ -114,6 +114,14 @@ class HasModel(Protocol):
     precision: str | None
 
 
+@runtime_checkable
+class WrapsBaseModel(Protocol):
+    """A wrapper around the network that owns the layers and caches (peft's PeftModel,
+    :class:`~turngym.trainers.lora.AdapterOff`); forward kwargs pass through to it."""
+
+    def get_base_model(self) -> Any: ...
+
+
 def _ids(value) -> list[int]:
     return [int(value)] if isinstance(value, int) else [int(v) for v in (value or [])]
 

@@ -11,12 +11,33 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..types import CreditAssignment, TrajectoryGroup
+
+
+@runtime_checkable
+class SelfChecking(Protocol):
+    """Params that validate themselves beyond their types (called once, at load)."""
+
+    def check(self) -> None: ...
+
+
+@runtime_checkable
+class ScoresAnswers(Protocol):
+    """Params of an estimator that scores the gold answer: how it is written out."""
+
+    answer_template: str
+
+
+@runtime_checkable
+class NamesAJudge(Protocol):
+    """Params of an estimator that asks a judge: which one (a JudgeSpec)."""
+
+    judge: Any
 
 
 @dataclass
@@ -115,9 +136,8 @@ def make_params(name: str, given: Mapping[str, Any] | Any | None = None) -> Any:
     except OmegaConfBaseException as exc:
         first = str(exc).splitlines()[0]
         raise ValueError(f"{name}: {first}") from None
-    check = getattr(obj, "check", None)
-    if check is not None:
-        check()
+    if isinstance(obj, SelfChecking):
+        obj.check()
     return obj
 
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import credit as credit_lib
+from ..credit.registry import NamesAJudge, ScoresAnswers
 from ..agents.branching import BranchPoint, continue_from
 from ..agents.hf_backend import HFPolicy
 from ..agents.policy import HasModel
@@ -59,7 +60,8 @@ def credit_context(name: str, params: Any, policy, model, ref, tokenizer,
     ctx = credit_lib.CreditContext(policy=policy, reference=ref, brancher=brancher)
     if brancher is not None:
         ctx.sampling_temperature = brancher.rcfg.logprob_temperature
-    template = getattr(params, "answer_template", credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
+    template = (params.answer_template if isinstance(params, ScoresAnswers)
+                else credit_lib.scoring.DEFAULT_ANSWER_TEMPLATE)
     if "scorer" in needs:
         ctx.scorer = credit_lib.GoldScorer(model, tokenizer, template, precision=precision)
     if "reference_scorer" in needs:
@@ -68,7 +70,9 @@ def credit_context(name: str, params: Any, policy, model, ref, tokenizer,
         ctx.reference_scorer = credit_lib.GoldScorer(ref, tokenizer, template,
                                                      precision=precision)
     if "judge" in needs:
-        ctx.judge = make_judge(getattr(params, "judge", None) or {"kind": "oracle"})
+        # an estimator whose params name no judge gets the oracle (privileged env progress)
+        ctx.judge = make_judge((params.judge if isinstance(params, NamesAJudge) else None)
+                               or {"kind": "oracle"})
     return ctx
 
 

@@ -23,6 +23,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from .distributed import World
+from .lora import is_lora
 
 
 def _fsdp_modules(model) -> list:
@@ -52,7 +53,7 @@ def shard_model(model, world: World):
     """Shards ``model`` in place over ``world`` (one mesh dimension) and returns it."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    if hasattr(model, "peft_config"):
+    if is_lora(model):
         raise ValueError("rl.data_parallel=fsdp with LoRA is not supported; LoRA's "
                          "trainable state is small, use the replicated default")
     device = next(model.parameters()).device

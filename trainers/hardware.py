@@ -11,12 +11,14 @@ import sys
 
 import torch
 
+from ..agents.policy import WrapsBaseModel
+
 
 
 def enable_gradient_checkpointing(model) -> None:
     """Recompute activations in backward instead of storing them (non-reentrant,
     which works with frozen inputs and LoRA)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if isinstance(model, WrapsBaseModel) else model
     if not getattr(base, "supports_gradient_checkpointing", False):
         raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
     kwargs = {"use_reentrant": False}

@@ -32,7 +32,12 @@ def add_lora(model, lcfg):
 
 
 def is_lora(model) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+    """A peft-wrapped model (without peft installed nothing is)."""
+    try:
+        import peft
+    except ImportError:  # pragma: no cover - depends on the install
+        return False
+    return isinstance(model, peft.PeftModel)
 
 
 def load_adapter(base_model, adapter_dir: str | Path):

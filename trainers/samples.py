@@ -494,7 +494,7 @@ def oracle_roles(group: TrajectoryGroup) -> list[list[str]]:
     out = [[""] * tr.num_turns for tr in trajs]
     for s, r in zip(segs, roles):
         for t in range(s.start, s.end):
-            out[s.traj_index][t] = getattr(r, "value", str(r))
+            out[s.traj_index][t] = r.value
     return out
 
 
