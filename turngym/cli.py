@@ -207,38 +207,38 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
-    if args.command in ("envs", "credits", "view"):
-        import gymnasium as gym
-
-        from .config import import_plugins
-        from .envs import list_envs
-        before = set(gym.registry)
-        import_plugins(args.plugin)
-        plugin_envs = sorted(set(gym.registry) - before)
-    if args.command == "envs":
-        for env_id, desc in list_envs():
-            print(f"{env_id:<28s} {desc}")
-        for env_id in plugin_envs:
-            print(f"{env_id:<28s} (plugin) {gym.spec(env_id).entry_point}")
-        return 0
-    if args.command == "serve":
-        return _serve_chat(args)
-    if args.command == "serve-retriever":
-        return _serve_retriever(args)
-    if args.command == "credits":
-        from .credit import list_estimators
-        print("\n".join(list_estimators()))
-        return 0
-    if args.command == "view":
-        return _view(args)
+    if args.command in UNCHECKED:
+        return UNCHECKED[args.command](args)
     from .config import ConfigError, import_plugins
     from .trainers.run import RunError
     try:  # everything checkable is checked before work starts: one line, exit 2
         import_plugins(args.plugin)
-        return _run(args)
+        return CHECKED[args.command](args)
     except (ConfigError, RunError) as exc:
         print(f"turngym: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _envs(args) -> int:
+    import gymnasium as gym
+
+    from .config import import_plugins
+    from .envs import list_envs
+    before = set(gym.registry)
+    import_plugins(args.plugin)
+    for env_id, desc in list_envs():
+        print(f"{env_id:<28s} {desc}")
+    for env_id in sorted(set(gym.registry) - before):
+        print(f"{env_id:<28s} (plugin) {gym.spec(env_id).entry_point}")
+    return 0
+
+
+def _credits(args) -> int:
+    from .config import import_plugins
+    from .credit import list_estimators
+    import_plugins(args.plugin)
+    print("\n".join(list_estimators()))
+    return 0
 
 
 def _load(args, training: bool = True, extra: Sequence[str] = ()):
@@ -265,50 +265,46 @@ def _variants(args, cfg) -> dict:
     return arms
 
 
-def _run(args) -> int:
-    if args.command == "eval":
-        return _eval(args)
-    if args.command == "judge-eval":
-        return _judge_eval(args)
-    if args.command == "results":
-        return _results(args)
+def _compare(args) -> int:
+    from .trainers.compare import compare_variants, credit_variant, format_comparison
     cfg = _load(args)
-    if args.command == "compare":
-        from .trainers.compare import compare_variants, credit_variant, format_comparison
-        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        if args.credits:
-            arms = {n: credit_variant(cfg, n) for n in args.credits.split(",") if n}
-            baseline = args.baseline or "grpo"
-        else:
-            arms = _variants(args, cfg)
-            baseline = args.baseline
-        res = compare_variants(cfg, arms, seeds, progress=not args.no_progress,
-                               baseline=baseline, command=args.command_line,
-                               warm_starts=args.warm_starts)
-        print(format_comparison(res))
-        if args.results:
-            from pathlib import Path
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if args.credits:
+        arms = {n: credit_variant(cfg, n) for n in args.credits.split(",") if n}
+        baseline = args.baseline or "grpo"
+    else:
+        arms = _variants(args, cfg)
+        baseline = args.baseline
+    res = compare_variants(cfg, arms, seeds, progress=not args.no_progress,
+                           baseline=baseline, command=args.command_line,
+                           warm_starts=args.warm_starts)
+    print(format_comparison(res))
+    if args.results:
+        from pathlib import Path
 
-            from .trainers.results import compare_record
-            split = list(cfg.env.eval_splits)[-1]
-            _publish(args.results, json.dumps(compare_record(res, split, res["command"]),
-                                              indent=1), Path(cfg.output_dir) / "compare.png")
-        return 0
-    if args.command == "probe":
-        from .trainers.probe import format_probe, run_probe
-        res = run_probe(cfg, args.checkpoint, args.split, args.tasks, args.group_size,
-                        args.continuations,
-                        [x for x in (args.estimators or "").split(",") if x],
-                        args.reference, args.out, seed=args.seed,
-                        progress=not args.no_progress,
-                        command=args.command_line)
-        print(format_probe(res))
-        if args.results:
-            from .trainers.results import probe_record
-            _publish(args.results, json.dumps(probe_record(res, res["command"]), indent=1))
-        return 0
+        from .trainers.results import compare_record
+        split = list(cfg.env.eval_splits)[-1]
+        _publish(args.results, json.dumps(compare_record(res, split, res["command"]),
+                                          indent=1), Path(cfg.output_dir) / "compare.png")
+    return 0
+
+
+def _probe(args) -> int:
+    from .trainers.probe import format_probe, run_probe
+    res = run_probe(_load(args), args.checkpoint, args.split, args.tasks, args.group_size,
+                    args.continuations, [x for x in (args.estimators or "").split(",") if x],
+                    args.reference, args.out, seed=args.seed, progress=not args.no_progress,
+                    command=args.command_line)
+    print(format_probe(res))
+    if args.results:
+        from .trainers.results import probe_record
+        _publish(args.results, json.dumps(probe_record(res, res["command"]), indent=1))
+    return 0
+
+
+def _train(args) -> int:
     from .trainers.pipeline import train
-    summary = train(cfg, resume=args.resume, overwrite=args.overwrite,
+    summary = train(_load(args), resume=args.resume, overwrite=args.overwrite,
                     progress=not args.no_progress)
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
         _print_comparison(summary)
@@ -479,6 +475,8 @@ def _publish(path, text: str, png=None) -> None:
 
 
 def _view(args) -> int:
+    from .config import import_plugins
+    import_plugins(args.plugin)  # a plugin estimator's logged credit can be recomputed
     from .view import ViewError, make_server, write_view
     try:
         path, index = write_view(args.run_dir, args.out, args.step, args.probe)
@@ -546,5 +544,14 @@ def _print_comparison(summary: dict) -> None:
             print(f"[{split}] success: warm-start {a:.3f} -> after RL {b:.3f} ({b - a:+.3f})")
 
 
+# commands that report their own errors (listings, servers, the viewer) ...
+UNCHECKED = {"envs": _envs, "credits": _credits, "view": _view, "serve": _serve_chat,
+             "serve-retriever": _serve_retriever}
+# ... and those whose config / run errors are one line and exit 2, after plugins load
+CHECKED = {"train": _train, "eval": _eval, "compare": _compare, "probe": _probe,
+           "results": _results, "judge-eval": _judge_eval}
+
+
 if __name__ == "__main__":
     sys.exit(main())
+
