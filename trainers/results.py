@@ -547,6 +547,30 @@ RESULT_FILES = {
 }
 
 
+def _plots(paths) -> list[str]:
+    return [line for png in paths if png.exists()
+            for line in (f"![{png.stem}](results/{png.name})", "")]
+
+
+def _render_main_quickstart(rec: dict, title, path: Path, readme: Path | None) -> list[str]:
+    """The issue's quickstart record: its section, its per-seed curves, and README's."""
+    if readme is not None and Path(readme).exists():
+        update_readme(Path(readme), rec)
+    return render_quickstart(rec) + _plots(sorted(path.parent.glob("quickstart_seed*.png")))
+
+
+# kind (RESULT_FILES) -> (record, title, the record's path, README or None) -> lines
+RENDERERS = {
+    "quickstart": _render_main_quickstart,
+    "quickstart_seeds": lambda rec, title, path, readme: render_quickstart(rec, title),
+    "compare": lambda rec, title, path, readme: (render_compare(rec, title)
+                                                 + _plots([path.with_suffix(".png")])),
+    "variants": lambda rec, title, path, readme: (render_variants(rec, title)
+                                                  + _plots([path.with_suffix(".png")])),
+    "probe": lambda rec, title, path, readme: render_probe(rec, title),
+}
+
+
 def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
     """docs/results.md from every results JSON present (missing ones are listed), then
     ``notes.md`` from the same directory (hand-written analysis) when present."""
@@ -566,22 +590,7 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
             continue
         rec = json.loads(p.read_text())
         machines.add(json.dumps(rec.get("machine", {}), sort_keys=True))
-        if kind == "quickstart":
-            parts += render_quickstart(rec)
-            if readme is not None and Path(readme).exists():
-                update_readme(Path(readme), rec)
-            for png in sorted(results_dir.glob("quickstart_seed*.png")):
-                parts += [f"![{png.stem}](results/{png.name})", ""]
-        elif kind == "quickstart_seeds":
-            parts += render_quickstart(rec, title)
-        elif kind in ("compare", "variants"):
-            parts += render_compare(rec, title) if kind == "compare" \
-                else render_variants(rec, title)
-            png = results_dir / name.replace(".json", ".png")
-            if png.exists():
-                parts += [f"![{png.stem}](results/{png.name})", ""]
-        else:
-            parts += render_probe(rec, title)
+        parts += RENDERERS[kind](rec, title, results_dir / name, readme)
     if machines:
         parts += ["## Machine", ""]
         for m in sorted(machines):
