@@ -536,6 +536,9 @@ RESULT_FILES = {
     "compare_search_pool.json": (
         "compare", "Search QA, learning a fixed pool of 16 training questions (pre-registered: "
         "info_gain and td_log_ratio vs grpo; pool success, not held-out)", False),
+    "compare_search_sparse.json": (
+        "compare", "Search QA, the same pool from a weak warm start where most groups fail "
+        "together (pre-registered: info_gain and td_log_ratio vs grpo; pool success)", False),
     "probe_textworld.json": ("probe", "Credit-quality probe, text world (free generation)",
                              True),
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
