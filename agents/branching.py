@@ -24,8 +24,7 @@ from ..types import ContextMode, StopReason, Trajectory
 from .constraints import ADMISSIBLE_KEY
 from .policy import Policy
 from .prompting import ChatPrompter
-from .rollout import (Episode, EnvPool, RolloutConfig, run_episodes, start_episode,
-                      to_trajectory)
+from .rollout import Episode, EnvPool, RolloutConfig, open_episode, run_episodes, to_trajectory
 from .transcript import Transcript
 
 
@@ -86,11 +85,9 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
                                                    bp.context))
             try:
                 e = _replay(env, bp, prompter, cfg)
-            except ReplayDiverged:
-                raise
-            except Exception as exc:  # as in a rollout: an env failure ends this episode only
+            except _EnvFailed as failed:  # as in a rollout: it ends this episode only
                 e = Episode(env, bp.task_seed, bp.group_id, transcript, done=True,
-                            stop=StopReason.ERROR, info0={"env_error": repr(exc)})
+                            stop=StopReason.ERROR, info0={"env_error": repr(failed.__cause__)})
             e.transcript = transcript
             e.task_id = bp.task_id or e.task_id
             e.start_turn, e.response_prefix = bp.turn, list(bp.response_prefix)
@@ -107,10 +104,21 @@ class ReplayDiverged(ValueError):
     deterministic under reset(seed) + replay): a bug to report, never an episode."""
 
 
+class _EnvFailed(Exception):
+    """The env itself raised (reset or step) while a prefix was replayed."""
+
+
 def _replay(env, bp: BranchPoint, prompter: ChatPrompter, cfg: RolloutConfig) -> Episode:
-    e = start_episode(env, bp.task_seed, bp.group_id, prompter, cfg)
+    try:
+        obs, info = env.reset(seed=int(bp.task_seed))
+    except Exception as exc:  # any failure of the env itself, never of our own code
+        raise _EnvFailed from exc
+    e = open_episode(env, bp.task_seed, bp.group_id, prompter, cfg, obs, info)
     for a in bp.actions:
-        _, _, term, trunc, info = env.step(a)
+        try:
+            _, _, term, trunc, info = env.step(a)
+        except Exception as exc:
+            raise _EnvFailed from exc
         e.commands = tuple(info.get(ADMISSIBLE_KEY) or ())
         if term or trunc:
             raise ReplayDiverged(f"replaying {len(bp.actions)} actions of task "

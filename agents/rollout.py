@@ -101,6 +101,12 @@ def start_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter
                   cfg: RolloutConfig, options: dict | None = None) -> Episode:
     """Resets ``env`` to task ``seed`` and opens the episode's transcript."""
     obs, info = env.reset(seed=int(seed), options=options)
+    return open_episode(env, seed, group_id, prompter, cfg, obs, info)
+
+
+def open_episode(env: gym.Env, seed: int, group_id: str, prompter: ChatPrompter,
+                 cfg: RolloutConfig, obs: str, info: dict) -> Episode:
+    """The episode of ``env``, just reset to task ``seed`` (which returned ``obs``, ``info``)."""
     tr = Transcript(prompter, cfg.context_mode, cfg.window_turns, obs,
                     cfg.view.first(obs, info, env))
     tid = str(info.get("task_id", f"seed-{seed}"))

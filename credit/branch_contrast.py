@@ -69,8 +69,8 @@ def select_nodes(entropies: list[list[np.ndarray]], budget: int, topk: int, path
     taken = np.zeros(len(cands), dtype=bool)
     chosen: list[tuple[int, int, int]] = []
     for _ in range(budget):  # one vectorised scoring pass per pick
-        score = np.where(taken, -np.inf,
-                         h * path_decay ** on_traj[traj] * node_decay ** near)
+        score = h * path_decay ** on_traj[traj] * node_decay ** near
+        score[taken | ~np.isfinite(score)] = -np.inf  # a NaN entropy is never a node
         c = int(np.argmax(score))  # the first best, as candidates are ordered
         if not score[c] > 0:
             break

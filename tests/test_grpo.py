@@ -148,3 +148,19 @@ def test_signal_fractions_count_flat_groups_and_zero_advantage_turns():
     assert got == {"flat_outcome_group_frac": 0.5, "zero_adv_turn_frac": 12 / 17}
     assert signal_fractions(World.local(), [], []) == {"flat_outcome_group_frac": 0.0,
                                                        "zero_adv_turn_frac": 0.0}
+
+
+def test_signal_fractions_read_token_credit_and_extra_rows():
+    """An estimator crediting below the turn (branch contrast) may leave the turn-level
+    advantage 0 where its tokens are not; its branch rows train too."""
+    from turngym.trainers.credit import signal_fractions
+    from turngym.trainers.distributed import World
+    from turngym.types import CreditAssignment
+    g = TrajectoryGroup(tuple(_traj(0.0, 2, i) for i in range(2)), "task")  # flat group
+    branch = _traj(1.0, 1, 9)
+    c = CreditAssignment(((0.0, 0.0), (0.0, 0.0)),
+                         (((0.5,), (0.0,)), None),  # turn 0 of traj 0 has credit
+                         extra=((branch, (0.7,)),))
+    c.validate(g)
+    got = signal_fractions(World.local(), [g], [c])
+    assert got == {"flat_outcome_group_frac": 1.0, "zero_adv_turn_frac": 3 / 5}

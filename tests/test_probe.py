@@ -173,3 +173,19 @@ def test_mc_truth_marks_continuations_the_env_cut_off(tiny_stack, monkeypatch):
     n_states = sum(t.num_turns for t in groups[0])
     assert truth.errors() == 2 * n_states  # none counted as a failure (0.0)
     assert all(np.isnan(o).all() for o in truth.outcomes[0])
+
+
+def test_bootstrap_intervals_skip_replicates_without_any_truth():
+    """A resample drawing only states whose continuations all hit env errors has no
+    statistic; it is left out of the interval (counted), never turned into a NaN CI."""
+    from turngym.trainers.probe import MCTruth, bootstrap_agreement
+    nan = np.nan
+    lost = np.full((2, 3), nan)  # a trajectory none of whose states kept a continuation
+    rng = np.random.default_rng(0)
+    kept = (rng.random((4, 3)) < np.array([0.2, 0.5, 0.4, 0.9])[:, None]).astype(float)
+    truth = MCTruth([[lost], [kept]], [[0.0], [1.0]])
+    est = [[np.array([1.0, -1.0])], [np.array([0.3, -0.1, 0.5, 0.1])]]
+    boot = bootstrap_agreement(est, truth, n_boot=200)
+    assert np.isfinite(boot["spearman_ci95"]).all()
+    assert np.isfinite(boot["sign_agreement_ci95"]).all()
+    assert 0 < boot["boot_replicates_without_truth"] < 200  # about a quarter draw [lost, lost]

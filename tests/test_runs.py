@@ -215,6 +215,8 @@ def test_a_save_killed_between_its_renames_loses_neither_copy(run):
     weights = (ckpts / "step_000003" / "model.safetensors").read_bytes()
     os.replace(ckpts / "step_000003", ckpts / ".step_000003.old999")
     os.replace(run / "final", run / ".final.old999")
+    (run / ".final.old1").mkdir()  # an older leftover, half deleted: not a checkpoint
+    (run / ".final.old1" / "config.json").write_text("{}")
     (ckpts / ".step_000003.staging999").mkdir()  # the half-written replacement
     point = prepare_run_dir(_cfg(run, "rl.steps=4"), resume=True, overwrite=False)
     assert point.step == 3  # not step 2: the newest checkpoint was kept

@@ -44,34 +44,38 @@ def _fsync_tree(path: Path) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    """Makes a rename inside ``path`` durable (the directory entry, not only the data)."""
-    fd = os.open(path, os.O_RDONLY)
+    """Makes a rename inside ``path`` durable (the directory entry, not only the data);
+    a filesystem that cannot sync directories (some FUSE / network mounts) is let be."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
     try:
         os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
 
-def write_atomic_text(path: Path, text: str) -> None:
+def _publish_file(path: Path, fill) -> None:
+    """``fill(tmp)`` writes a sibling temporary file, which then replaces ``path`` all at
+    once (readers see the old or the new file, never a part)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
+    fill(tmp)
+    with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
 
+def write_atomic_text(path: Path, text: str) -> None:
+    _publish_file(path, lambda tmp: Path(tmp).write_text(text))
+
+
 def copy_atomic(src: Path, dst: Path) -> None:
-    """``dst`` becomes a copy of ``src`` all at once (readers see the old or the new file)."""
-    dst = Path(dst)
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dst)
-    _fsync_dir(dst.parent)
+    _publish_file(dst, lambda tmp: shutil.copyfile(src, tmp))
 
 
 def _sha256(path: Path) -> str:
@@ -143,16 +147,29 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 
 def restore_moved_aside(parent: Path) -> list[Path]:
-    """Puts back every directory :func:`_replace_dir` moved aside and did not replace (a
-    crash between its renames): ``.<name>.old<pid>`` becomes ``<name>`` again when
-    ``<name>`` is missing.  Returns the restored paths."""
+    """Puts back directories :func:`_replace_dir` moved aside and did not replace (a crash
+    between its renames): where ``<name>`` is missing, the newest ``.<name>.old<pid>`` whose
+    manifest verifies becomes ``<name>`` again.  Other ``.old`` leftovers (a crash while
+    one was being deleted) are removed.  Returns the restored paths."""
+    parent = Path(parent)
+    aside: dict[str, list[Path]] = {}
+    for p in parent.glob(".*.old*") if parent.exists() else ():
+        if p.is_dir():
+            aside.setdefault(p.name[1:p.name.rindex(".old")], []).append(p)
     restored = []
-    for p in sorted(Path(parent).glob(".*.old*")) if Path(parent).exists() else ():
-        name = p.name[1:p.name.rindex(".old")]
-        dst = p.with_name(name)
-        if p.is_dir() and name and not dst.exists():
-            os.replace(p, dst)
-            restored.append(dst)
+    for name, copies in aside.items():
+        dst = parent / name
+        for p in sorted(copies, key=lambda q: q.stat().st_mtime, reverse=True):
+            if name and not dst.exists():
+                try:
+                    verify_manifest(p)
+                except CheckpointError:
+                    pass
+                else:
+                    os.replace(p, dst)
+                    restored.append(dst)
+                    continue
+            shutil.rmtree(p, ignore_errors=True)
     return restored
 
 
@@ -164,7 +181,6 @@ class CheckpointManager:
     def clean_staging(self) -> list[Path]:
         """Removes leftovers of saves that were killed half-way (``.step_*.staging*``,
         ``.tmp*``/``.old*`` dirs); returns what was removed."""
-        restore_moved_aside(self.root)  # a checkpoint moved aside by a killed save is kept
         removed = []
         if self.root.exists():
             for p in self.root.iterdir():

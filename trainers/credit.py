@@ -14,8 +14,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
 from .. import credit as credit_lib
 from ..credit.registry import NamesAJudge, ScoresAnswers
 from ..agents.branching import BranchPoint, continue_from
@@ -102,12 +100,21 @@ def signal_fractions(world: World, groups: Sequence[TrajectoryGroup],
     """How much of a step's data could train at all, for any estimator:
     ``flat_outcome_group_frac``, the share of groups whose outcome rewards are all equal
     (outcome GRPO gives every turn of them A = 0 -- "advantage collapse"), and
-    ``zero_adv_turn_frac``, the share of turns this estimator gave an advantage of exactly 0.
-    Over all ranks' groups."""
+    ``zero_adv_turn_frac``, the share of trained turns (extra rows such as branches
+    included) whose advantage is exactly 0 -- for every token, where an estimator
+    credits tokens.  Over all ranks' groups."""
     flat = sum(1.0 for g in groups if len(set(g.outcome_rewards())) <= 1)
-    adv = np.concatenate([np.asarray(a, dtype=np.float64) for c in credits
-                          for a in c.turn_advantages] or [np.zeros(0)])
-    flat, n_groups, zeros, n_turns = world.all_reduce_sum(
-        [flat, float(len(groups)), float(np.sum(adv == 0.0)), float(adv.size)])
+    zero = n_turns = 0
+    for c in credits:
+        for i, adv in enumerate(c.turn_advantages):
+            toks = c.token_advantages[i] if c.token_advantages is not None else None
+            for t, a in enumerate(adv):
+                zero += not any(toks[t]) if toks is not None and toks[t] else a == 0.0
+            n_turns += len(adv)
+        for _, adv in c.extra:
+            zero += sum(a == 0.0 for a in adv)
+            n_turns += len(adv)
+    flat, n_groups, zero, n_turns = world.all_reduce_sum(
+        [flat, float(len(groups)), float(zero), float(n_turns)])
     return {"flat_outcome_group_frac": flat / max(n_groups, 1.0),
-            "zero_adv_turn_frac": zeros / max(n_turns, 1.0)}
+            "zero_adv_turn_frac": zero / max(n_turns, 1.0)}

@@ -54,6 +54,8 @@ def rankdata(x: np.ndarray) -> np.ndarray:
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) == 0:
+        return float("nan")
     ra, rb = rankdata(a), rankdata(b)
     if ra.std() == 0 or rb.std() == 0:
         return 0.0
@@ -69,6 +71,9 @@ def agreement(estimate: np.ndarray, truth: np.ndarray, tol: float = 1e-6) -> dic
     """Over the turns whose truth is known (NaN: every continuation hit an env error)."""
     known = np.isfinite(truth)
     estimate, truth = estimate[known], truth[known]
+    if not known.any():
+        return {"spearman": float("nan"), "sign_agreement": float("nan"),
+                "mse_z": float("nan"), "turns": 0, "clear_turns": 0}
     clear = np.abs(truth) > tol
     sign = float((np.sign(estimate[clear]) == np.sign(truth[clear])).mean()) if clear.any() \
         else float("nan")
@@ -188,13 +193,18 @@ def bootstrap_agreement(estimates: list[list[np.ndarray]], truth: MCTruth, n_boo
         m = agreement(e, t)
         sp.append(m["spearman"])
         sg.append(m["sign_agreement"])
-    sg_arr = np.array(sg, dtype=np.float64)
-    sg_arr = sg_arr[np.isfinite(sg_arr)]
-    point["spearman_ci95"] = [float(np.percentile(sp, 2.5)), float(np.percentile(sp, 97.5))]
-    point["sign_agreement_ci95"] = ([float(np.percentile(sg_arr, 2.5)),
-                                     float(np.percentile(sg_arr, 97.5))] if sg_arr.size
-                                    else [float("nan"), float("nan")])
+    # a replicate without a turn that has a truth (or a clear one) has no statistic
+    point["spearman_ci95"] = _percentile_ci(sp)
+    point["sign_agreement_ci95"] = _percentile_ci(sg)
+    point["boot_replicates_without_truth"] = int(np.sum(~np.isfinite(sp)))
     return point
+
+
+def _percentile_ci(xs) -> list[float]:
+    x = np.asarray(xs, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return ([float(np.percentile(x, 2.5)), float(np.percentile(x, 97.5))] if x.size
+            else [float("nan"), float("nan")])
 
 
 def split_half_ceiling(truth: MCTruth) -> float:
@@ -240,6 +250,9 @@ def run_probe(cfg: DictConfig, checkpoint: str, split: str | None = None, tasks:
     rcfg = rollout_config(cfg)
     groups = rollout(policy, prompter, pool, list(range(seed, seed + tasks)), group_size, rcfg)
     groups, error_episodes = drop_errored(groups)  # as training does: never scored
+    if not groups:
+        raise RuntimeError(f"probe: all {tasks * group_size} rollouts ended in an env error "
+                           "(see the env's logs); nothing to measure")
     truth = mc_truth(policy, prompter, pool, groups, rcfg, continuations, progress=progress)
     flat_truth = _flat(truth.advantages())
     known = np.isfinite(flat_truth)  # a state all of whose continuations hit an env error
@@ -338,4 +351,7 @@ def format_probe(results: dict) -> str:
                      f"{m['sign_agreement']:9.3f} [{slo:6.3f},{shi:6.3f}] {m['mse_z']:8.3f}")
     for n, why in results["skipped"].items():
         lines.append(f"{n:<16s} skipped: {why}")
+    from .results import errors_note
+    if errors_note(results):
+        lines.append(errors_note(results))
     return "\n".join(lines)

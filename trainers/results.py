@@ -312,6 +312,16 @@ def probe_record(results: dict, command: str) -> dict:
 
 
 # ------------------------------------------------------------------------ render
+def errors_note(results: dict) -> str:
+    """What env errors left out of a probe ('' when nothing was)."""
+    e, c, t = (results.get(k, 0) for k in ("error_episodes", "error_continuations",
+                                           "turns_without_truth"))
+    if not (e or c or t):
+        return ""
+    return (f"Left out for env errors: {e} rollouts, {c} continuations; {t} turns have no "
+            "Monte-Carlo truth.")
+
+
 def _ci(x: Sequence[float]) -> str:
     return f"[{x[0]:.3f}, {x[1]:.3f}]"
 
@@ -424,7 +434,8 @@ def render_probe(rec: dict, title: str) -> list[str]:
                      f"{m['mse_z']:.3f} |")
     for name, why in rec.get("skipped", {}).items():
         lines.append(f"| {name} | skipped: {why[:80]} | | |")
-    return lines + [""]
+    note = errors_note(rec)
+    return lines + ([""] + [note] if note else []) + [""]
 
 
 README_BLOCK = ("<!-- results:quickstart -->", "<!-- /results -->")

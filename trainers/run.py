@@ -117,8 +117,8 @@ def _resume_point(cfg: DictConfig, out: Path) -> ResumePoint:
         raise RunError("resuming with a changed config would silently ignore the change:\n  "
                        + "\n  ".join(refused) + "\n  only " + ", ".join(RESUME_MAY_CHANGE)
                        + " may change on resume; start a new run (another output_dir) instead")
-    # warmstart/ or final/ moved aside by a save killed between its two renames
-    restored = restore_moved_aside(out)
+    # warmstart/, final/ or a checkpoint moved aside by a save killed between its renames
+    restored = restore_moved_aside(out) + restore_moved_aside(out / "checkpoints")
     ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
     removed = ckpts.clean_staging()
     point = ResumePoint(notes=[f"config change on resume: {x}" for x in allowed])

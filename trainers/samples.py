@@ -190,6 +190,10 @@ def logged_scores(scorer, trajs: Sequence[Trajectory]) -> dict:
             "answer_masks": {g: [bool(x) for x in scorer.answer_mask(g)] for g in sorted(golds)}}
 
 
+def _nulls_for_nan(rows: Sequence[Sequence[float]]) -> list[list[float | None]]:
+    return [[float(x) if math.isfinite(x) else None for x in row] for row in rows]
+
+
 def group_record(group: TrajectoryGroup, credits: Mapping[str, CreditAssignment], *,
                  step: int, estimator: str | None, params: Any = None,
                  max_text: int = 4000, tokenizer=None, scores: Mapping[str, dict] | None = None,
@@ -232,11 +236,9 @@ def group_record(group: TrajectoryGroup, credits: Mapping[str, CreditAssignment]
         rec["scores"] = dict(scores)
     if mc_advantages is not None:
         # NaN (every continuation from that state hit an env error) as null
-        rec["mc_advantage"] = [[float(x) if math.isfinite(x) else None for x in row]
-                               for row in mc_advantages]
+        rec["mc_advantage"] = _nulls_for_nan(mc_advantages)
     if mc_standard_errors is not None:  # NaN (one continuation) as null
-        rec["mc_se"] = [[float(x) if math.isfinite(x) else None for x in row]
-                        for row in mc_standard_errors]
+        rec["mc_se"] = _nulls_for_nan(mc_standard_errors)
     return rec
 
 

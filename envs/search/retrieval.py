@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,7 +182,9 @@ class BM25Retriever:
             tokens = bm25s.tokenize(texts, stopwords=stopwords, show_progress=progress)
             model = bm25s.BM25(k1=k1, b=b)
             model.index(tokens, show_progress=progress)
-            tmp = self.index_path.with_name(self.index_path.name + f".tmp{os.getpid()}")
+            # a private staging dir: builders on other hosts sharing the cache may have our pid
+            tmp = Path(tempfile.mkdtemp(prefix=self.index_path.name + ".tmp",
+                                        dir=self.index_path.parent))
             try:
                 model.save(str(tmp))
                 os.replace(tmp, self.index_path)
