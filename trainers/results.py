@@ -539,6 +539,9 @@ RESULT_FILES = {
     "compare_textworld_horizon.json": (
         "compare", "Text world with a longer horizon (7-9 receptacles, 2-5 objects, 40 turns) "
         "under constrained decoding (pre-registered: step_groups vs grpo)", False),
+    "compare_textworld_role.json": (
+        "compare", "Text world under constrained decoding, role_judge with the oracle judge "
+        "(pre-registered: role_judge vs grpo, seeds 0-7, grpo runs of s19/s20 reused)", False),
     "compare_search.json": ("compare", "Credit estimators on search QA", True),
     "compare_search_confirm.json": (
         "compare", "Search QA, confirmatory test on fresh seeds", False),
