@@ -218,19 +218,25 @@ class FlakyTextWorld(TextWorldEnv):
         return super().step(action)
 
 
+def rollout_then_break(tiny_stack, monkeypatch, group: int, max_turns: int):
+    """One group of rollouts on task 1 of a healthy FlakyTextWorld, whose backend then
+    goes away: (policy, prompter, pool, cfg, the group)."""
+    tok, model, prompter = tiny_stack
+    policy = HFPolicy(model, tok, generator_seed=0)
+    pool = EnvPool(lambda: FlakyTextWorld(split="train", max_turns=5))
+    cfg = RolloutConfig(max_turns=max_turns, max_new_tokens=6, temperature=1.5)
+    monkeypatch.setattr(FlakyTextWorld, "broken", False)
+    (g,) = rollout(policy, prompter, pool, [1], group, cfg)
+    monkeypatch.setattr(FlakyTextWorld, "broken", True)
+    return policy, prompter, pool, cfg, g
+
+
 def test_an_env_failing_while_a_branch_replays_ends_only_that_branch(tiny_stack, monkeypatch):
     """The env raising while a prefix is replayed (a retriever down mid-step) is an error
     continuation, as it would be in a rollout -- not an exception that kills the RL step --
     and branch contrast neither scores nor trains such branches."""
-    tok, model, prompter = tiny_stack
-    policy = HFPolicy(model, tok, generator_seed=0)
-    pool = EnvPool(lambda: FlakyTextWorld(split="train", max_turns=5))
-    cfg = RolloutConfig(max_turns=4, max_new_tokens=6, temperature=1.5)
-    monkeypatch.setattr(FlakyTextWorld, "broken", False)
-    groups = rollout(policy, prompter, pool, [1], 3, cfg)
-    g = groups[0]
+    policy, prompter, pool, cfg, g = rollout_then_break(tiny_stack, monkeypatch, 3, 4)
     assert all(t.num_turns >= 2 for t in g)
-    monkeypatch.setattr(FlakyTextWorld, "broken", True)
     out = continue_from(policy, prompter, pool, [branch_point_at(g.trajectories[0], 1, 0)], cfg)
     (b,) = out
     assert b.stop_reason is StopReason.ERROR and b.num_turns == 0

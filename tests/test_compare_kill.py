@@ -75,6 +75,21 @@ def _kill_points(tmp_path, template, work, argv) -> int:
     return int((tmp_path / "count.txt").read_text())
 
 
+def _each_kill_then_rerun(tmp_path, template, work, argv, min_points: int):
+    """For every kill point k (at least ``min_points``): ``work`` starts as a copy of
+    ``template``, the child dies at k, the same command is rerun to the end; yields k
+    for the caller's checks of ``work``."""
+    points = _kill_points(tmp_path, template, work, argv)
+    assert points >= min_points
+    for k in range(1, points + 1):
+        shutil.copytree(template, work)
+        res = _child(tmp_path, k, argv)
+        assert res.returncode == 137, (k, res.stderr[-2000:])
+        assert main(argv) == 0, k
+        yield k
+        shutil.rmtree(work)
+
+
 def _tasks(ev: dict) -> list[int]:
     return [len(m["per_task_success"]) for m in ev.values()]
 
@@ -90,19 +105,13 @@ def test_compare_killed_while_re_evaluating_a_shared_warm_start_never_reports_a_
     # a new arm, evaluated on 3 tasks: the shared warm start must be evaluated again
     argv = common + [f"output_dir={work}", "--credits", "step_groups", "--baseline",
                      "step_groups", "eval.num_tasks=3"]
-    points = _kill_points(tmp_path, template, work, argv)
-    assert points >= 3  # the old evaluation removed, the config recorded, the new one written
-    for k in range(1, points + 1):
-        shutil.copytree(template, work)
-        res = _child(tmp_path, k, argv)
-        assert res.returncode == 137, (k, res.stderr[-2000:])
-        assert main(argv) == 0, k
+    # >= 3: the old evaluation removed, the config recorded, the new one written
+    for k in _each_kill_then_rerun(tmp_path, template, work, argv, min_points=3):
         shared = work / "seed_0" / "shared"
         assert (shared / "warmstart/model.safetensors").read_bytes() == weights, k
         assert _tasks(json.loads((shared / "warmstart_eval.json").read_text())) == [3], k
         run = json.loads((work / "seed_0/step_groups/summary.json").read_text())
         assert _tasks(run["warmstart_eval"]) == [3], k
-        shutil.rmtree(work)
 
 
 def test_compare_killed_while_adopting_a_warm_start_adopts_it_whole_on_rerun(tmp_path):
@@ -116,13 +125,8 @@ def test_compare_killed_while_adopting_a_warm_start_adopts_it_whole_on_rerun(tmp
     argv = ["compare", "--credits", "grpo", "--seeds", "3", "--no-progress",
             "--warm-starts", str(runs), f"output_dir={work}", "rl.steps=1",
             "eval.num_tasks=2", *BASE]
-    points = _kill_points(tmp_path, template, work, argv)
-    assert points >= 4  # copied, config recorded, renamed into place, evaluation written
-    for k in range(1, points + 1):
-        shutil.copytree(template, work)
-        res = _child(tmp_path, k, argv)
-        assert res.returncode == 137, (k, res.stderr[-2000:])
-        assert main(argv) == 0, k
+    # >= 4: copied, config recorded, renamed into place, evaluation written
+    for k in _each_kill_then_rerun(tmp_path, template, work, argv, min_points=4):
         shared = work / "seed_3" / "shared"
         assert (shared / "warmstart/model.safetensors").read_bytes() == source, k
         assert (shared / "adopted_from.txt").read_text().strip() == str(
@@ -131,4 +135,3 @@ def test_compare_killed_while_adopting_a_warm_start_adopts_it_whole_on_rerun(tmp
         assert "num_tasks: 2" in rec, k
         assert _tasks(json.loads((shared / "warmstart_eval.json").read_text())) == [2], k
         assert not (work / "seed_3" / "shared.adopting").exists(), k
-        shutil.rmtree(work)

@@ -159,18 +159,12 @@ def test_continuations_cut_off_by_env_errors_are_left_out_of_the_truth():
 
 
 def test_mc_truth_marks_continuations_the_env_cut_off(tiny_stack, monkeypatch):
-    from test_branch_contrast import FlakyTextWorld
+    from test_branch_contrast import rollout_then_break
 
     from turngym.trainers.probe import mc_truth
-    tok, model, prompter = tiny_stack
-    policy = HFPolicy(model, tok, generator_seed=0)
-    pool = EnvPool(lambda: FlakyTextWorld(split="train", max_turns=5))
-    cfg = RolloutConfig(max_turns=3, max_new_tokens=6, temperature=1.5)
-    monkeypatch.setattr(FlakyTextWorld, "broken", False)
-    groups = rollout(policy, prompter, pool, [1], 2, cfg)
-    monkeypatch.setattr(FlakyTextWorld, "broken", True)
-    truth = mc_truth(policy, prompter, pool, groups, cfg, 2, progress=False)
-    n_states = sum(t.num_turns for t in groups[0])
+    policy, prompter, pool, cfg, g = rollout_then_break(tiny_stack, monkeypatch, 2, 3)
+    truth = mc_truth(policy, prompter, pool, [g], cfg, 2, progress=False)
+    n_states = sum(t.num_turns for t in g)
     assert truth.errors() == 2 * n_states  # none counted as a failure (0.0)
     assert all(np.isnan(o).all() for o in truth.outcomes[0])
 

@@ -34,10 +34,9 @@ def add_lora(model, lcfg):
 def is_lora(model) -> bool:
     """A peft-wrapped model (without peft installed nothing is)."""
     try:
-        import peft
+        return isinstance(model, _peft().PeftModel)
     except ImportError:  # pragma: no cover - depends on the install
         return False
-    return isinstance(model, peft.PeftModel)
 
 
 def load_adapter(base_model, adapter_dir: str | Path):
