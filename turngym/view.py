@@ -50,11 +50,8 @@ def _r(x: float) -> float:
     return round(float(x), 4)
 
 
-def _rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
-    return [[_r(x) for x in row] for row in rows]
-
-
-def _nullable_rows(rows: Sequence[Sequence[float | None]]) -> list[list[float | None]]:
+def _rows(rows: Sequence[Sequence[float | None]]) -> list[list[float | None]]:
+    """Rounded rows; null (no value, e.g. no MC truth) stays null."""
     return [[None if x is None else _r(x) for x in row] for row in rows]
 
 
@@ -119,15 +116,17 @@ def group_view(rec: Mapping[str, Any], names: Sequence[str]) -> dict:
            "roles": oracle_roles(group), "gold": _gold_scores(rec, group)}
     mc = rec.get("mc_advantage")
     if mc is not None:
-        out["mc"] = _nullable_rows(mc)
+        out["mc"] = _rows(mc)
         if rec.get("mc_se") is not None:
-            out["mc_se"] = _nullable_rows(rec["mc_se"])
+            out["mc_se"] = _rows(rec["mc_se"])
         truth = [x for row in mc for x in row]
         known = [k for k, x in enumerate(truth) if x is not None]  # null: no MC value
-        out["mc_spearman"] = {
-            n: _r(spearman([flat[k] for k in known], [truth[k] for k in known]))
-            for n, flat in ((n, [x for row in v for x in row]) for n, v in sets.items()
-                            if v is not None) if len(known) > 1}
+        out["mc_spearman"] = {}
+        for n, v in sets.items():
+            if v is not None and len(known) > 1:
+                flat = [x for row in v for x in row]
+                out["mc_spearman"][n] = _r(spearman([flat[k] for k in known],
+                                                    [truth[k] for k in known]))
     return out
 
 
