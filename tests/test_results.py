@@ -3,6 +3,8 @@ and probe records in the documented schema, and the markdown rendered from them.
 
 import json
 
+import numpy as np
+
 from test_trainer import SMOKE
 
 from turngym.cli import main
@@ -240,3 +242,48 @@ def test_quickstart_render_names_tasks_and_episodes_of_a_multi_sample_evaluation
                                               "per_task_success": [0.5] * 16}}}
     rec["runs"] = [_run_entry(0, one, 60.0, "test")]
     assert "(fixed tasks, fixed sampler seed" in "\n".join(render_quickstart(rec))
+
+
+def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
+    """The at-a-glance section reads every compare record present: one row per estimator
+    against grpo, recipe arms left out, the per-env count of CIs above 0, a forest plot."""
+    from turngym.cli import main as cli
+    from turngym.trainers.compare import summarize_comparison
+    from turngym.trainers.results import compare_record, contrasts
+
+    rng = np.random.default_rng(0)
+
+    def run(per_task):
+        ev = {"success": float(np.mean(per_task)), "episodes": len(per_task),
+              "per_task_success": list(map(float, per_task))}
+        return {"final_eval": {"valid_unseen": ev}, "warmstart_eval": {"valid_unseen": ev}}
+
+    base = {s: rng.integers(0, 2, 40).astype(float) * 0.5 for s in range(3)}
+    arms = {"grpo": {s: run(b) for s, b in base.items()},
+            # better on every task of every seed, by a seed-dependent margin
+            "step_groups": {s: run(b + 0.3 + 0.05 * s) for s, b in base.items()},
+            "lr3e-4": {s: run(b + 0.5) for s, b in base.items()},  # a recipe arm
+            "role_judge": {s: run(np.roll(b, 1)) for s, b in base.items()}}
+    res = tmp_path / "results"
+    res.mkdir()
+    for name, keep in (("compare_textworld_cons.json", ["grpo", "step_groups", "lr3e-4"]),
+                       ("compare_search_pool.json", ["grpo", "role_judge"])):
+        results = summarize_comparison({k: arms[k] for k in keep}, keep, ["valid_unseen"], "grpo")
+        (res / name).write_text(json.dumps(compare_record(results, "valid_unseen", "cmd")))
+    rows = contrasts(res)
+    assert [(c.env, c.estimator, c.verdict) for c in rows] == [
+        ("text world", "step_groups", "above 0"), ("search QA", "role_judge", "includes 0")]
+    rec = json.loads((res / "compare_textworld_cons.json").read_text())
+    assert rows[0].diff == rec["vs_grpo"]["step_groups"]["diff_mean"]
+    assert list(rows[0].ci95) == rec["vs_grpo"]["step_groups"]["ci95"]
+    assert rows[0].t95[0] > 0 and rows[0].seeds == (0, 1, 2)
+    out = tmp_path / "results.md"
+    assert cli(["results", "render", "--dir", str(res), "--out", str(out)]) == 0
+    md = out.read_text().split("## Every credit comparison at a glance")[1].split("\n## ")[0]
+    assert "**text world**: 1 of 1 contrasts above 0: step_groups (compare_textworld_cons.json)" in md
+    assert "**search QA**: 0 of 1 contrasts above 0." in md
+    assert "lr3e-4" not in md
+    d = rec["vs_grpo"]["step_groups"]
+    assert f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" in md
+    assert (res / "credit_contrasts.png").stat().st_size > 0
+    assert "![credit_contrasts](results/credit_contrasts.png)" in md

@@ -564,6 +564,110 @@ RESULT_FILES = {
 }
 
 
+# ------------------------------------------------------------------------ every contrast
+ENV_NAMES = {"textworld": "text world", "search": "search QA"}  # compare_<key>*.json
+
+
+@dataclasses.dataclass(frozen=True)
+class Contrast:
+    """One estimator against the baseline in one comparison record."""
+    record: str  # the record's file name
+    env: str  # from the file name: compare_<env>[_...].json
+    estimator: str
+    seeds: tuple[int, ...]
+    diff: float
+    ci95: tuple[float, float]  # two-level paired bootstrap
+    t95: tuple[float, float] | None  # Student-t over per-seed paired differences
+
+    @property
+    def verdict(self) -> str:
+        lo, hi = self.ci95
+        return "above 0" if lo > 0 else "below 0" if hi < 0 else "includes 0"
+
+
+def contrasts(results_dir: Path) -> list[Contrast]:
+    """Every non-baseline estimator of every compare record present, in RESULT_FILES
+    order (environment by environment, oldest first).  Arms that are not registered
+    estimators (recipe variants compared through ``turngym compare``) are left out."""
+    from ..credit.registry import list_estimators
+
+    estimators = set(list_estimators())
+    rows = []
+    for name, (kind, _title, _req) in RESULT_FILES.items():
+        path = Path(results_dir) / name
+        if kind != "compare" or not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        env = ENV_NAMES.get(Path(name).stem.split("_")[1], Path(name).stem.split("_")[1])
+        base = rec["estimators"][rec["baseline"]]["final"]
+        for est, d in rec[f"vs_{rec['baseline']}"].items():
+            if est not in estimators:  # a recipe arm (e.g. another lr), not a credit method
+                continue
+            e = rec["estimators"][est]
+            t = seed_t_interval(np.subtract(e["final"], base))
+            rows.append(Contrast(name, env, est, tuple(e["seeds"]), d["diff_mean"],
+                                 tuple(d["ci95"]), tuple(t) if t else None))
+    order = list(ENV_NAMES.values())
+    return sorted(rows, key=lambda c: order.index(c.env) if c.env in order else len(order))
+
+
+def plot_contrasts(rows: Sequence[Contrast], png: Path) -> Path:
+    """Forest plot: each contrast's paired difference with its bootstrap CI (thick) and
+    seed-level t interval (thin), one row each, 0 marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
+    y = np.arange(len(rows))[::-1]
+    envs = sorted({c.env for c in rows})
+    for yi, c in zip(y, rows):
+        color = f"C{envs.index(c.env)}"
+        if c.t95:  # thin: the seed-level t interval
+            ax.plot(c.t95, [yi, yi], color=color, lw=1, alpha=0.6)
+        ax.plot(c.ci95, [yi, yi], color=color, lw=4, solid_capstyle="butt")
+        ax.plot([c.diff], [yi], "o", color="black", ms=4)
+    ax.axvline(0.0, color="grey", ls="--", lw=1)
+    ax.legend(handles=[plt.Line2D([], [], color=f"C{i}", lw=4, label=e) for i, e in enumerate(envs)],
+              fontsize=8, loc="lower right")
+    ax.set_yticks(y, [f"{c.estimator}, {Path(c.record).stem} ({len(c.seeds)} seeds)"
+                      for c in rows], fontsize=7)
+    ax.set_xlabel("final success, estimator - grpo (paired)")
+    ax.set_title("every credit comparison: bootstrap 95% CI (thick), seed-level t (thin)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
+def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
+    """The section that answers "does any turn-level estimator beat the baseline?" across
+    every comparison record, with the forest plot."""
+    if not rows:
+        return []
+    lines = ["## Every credit comparison at a glance", "",
+             "Each row is one estimator against grpo in one comparison below (same warm "
+             "start, budget and evaluation tasks per seed). A win needs the bootstrap 95% CI "
+             "of the paired difference above 0 (and, with few seeds, the seed-level t "
+             "interval too).", ""]
+    for env in dict.fromkeys(c.env for c in rows):
+        env_rows = [c for c in rows if c.env == env]
+        wins = [c for c in env_rows if c.verdict == "above 0"]
+        lines.append(f"* **{env}**: {len(wins)} of {len(env_rows)} contrasts above 0"
+                     + (": " + ", ".join(f"{c.estimator} ({c.record})" for c in wins)
+                        if wins else "") + ".")
+    lines += ["", "| env | record | estimator | seeds | vs grpo [bootstrap 95% CI] | "
+              "seed-level t 95% CI | CI |", "|---|---|---|---|---|---|---|"]
+    for c in rows:
+        lines.append(f"| {c.env} | `{c.record}` | {c.estimator} | {len(c.seeds)} | "
+                     f"{c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}] | "
+                     + (f"[{c.t95[0]:+.3f}, {c.t95[1]:+.3f}]" if c.t95 else "--")
+                     + f" | {c.verdict} |")
+    plot_contrasts(rows, png)
+    return lines + ["", f"![{png.stem}](results/{png.name})", ""]
+
+
 def _plots(paths) -> list[str]:
     return [line for png in paths if png.exists()
             for line in (f"![{png.stem}](results/{png.name})", "")]
@@ -597,6 +701,7 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
              "shown above each table; `turngym results render` regenerates this page. "
              "Numbers differ across CPUs for the same seed, so every result is several seeds "
              "with confidence intervals.", ""]
+    parts += render_contrasts(contrasts(results_dir), results_dir / "credit_contrasts.png")
     machines = set()
     missing = []
     for name, (kind, title, required) in RESULT_FILES.items():
