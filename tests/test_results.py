@@ -277,8 +277,10 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
     assert rows[0].diff == rec["vs_grpo"]["step_groups"]["diff_mean"]
     assert list(rows[0].ci95) == rec["vs_grpo"]["step_groups"]["ci95"]
     assert rows[0].t95[0] > 0 and rows[0].seeds == (0, 1, 2)
-    out = tmp_path / "results.md"
-    assert cli(["results", "render", "--dir", str(res), "--out", str(out)]) == 0
+    out, readme = tmp_path / "results.md", tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results:contrasts -->\nold\n<!-- /results -->\nrest\n")
+    assert cli(["results", "render", "--dir", str(res), "--out", str(out),
+                "--readme", str(readme)]) == 0
     md = out.read_text().split("## Every credit comparison at a glance")[1].split("\n## ")[0]
     assert "**text world**: 1 of 1 contrasts above 0: step_groups (compare_textworld_cons.json)" in md
     assert "**search QA**: 0 of 1 contrasts above 0." in md
@@ -287,3 +289,11 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
     assert f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" in md
     assert (res / "credit_contrasts.png").stat().st_size > 0
     assert "![credit_contrasts](results/credit_contrasts.png)" in md
+    # the README's generated sentence: the count per env, the winner named with its CI
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- results:contrasts -->\n") and text.endswith(
+        "<!-- /results -->\nrest\n") and "old" not in text
+    assert ("text world: 1 of 1 contrasts above 0; step_groups "
+            f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (3 seeds, "
+            "`compare_textworld_cons.json`)") in text
+    assert "search QA: 0 of 1 contrasts above 0; the highest lower bound role_judge" in text

@@ -438,7 +438,7 @@ def render_probe(rec: dict, title: str) -> list[str]:
     return lines + ([""] + [note] if note else []) + [""]
 
 
-README_BLOCK = ("<!-- results:quickstart -->", "<!-- /results -->")
+README_END = "<!-- /results -->"  # closes every generated README block
 
 
 def quickstart_summary(rec: dict) -> str:
@@ -472,15 +472,16 @@ def quickstart_summary(rec: dict) -> str:
         "comparisons are in [docs/results.md](docs/results.md)."])
 
 
-def update_readme(readme: Path, rec: dict) -> bool:
-    """Replaces the README's generated quickstart block; False when it has none."""
+def update_readme(readme: Path, block: str, body: str) -> bool:
+    """Replaces the README's generated block ``<!-- results:BLOCK -->`` ... ``<!-- /results
+    -->`` with ``body``; False when it has none."""
     text = readme.read_text()
-    start, end = README_BLOCK
-    if start not in text or end not in text:
+    start, end = f"<!-- results:{block} -->", README_END
+    if start not in text or end not in text.split(start, 1)[1]:
         return False
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    write_atomic_text(readme, head + start + "\n" + quickstart_summary(rec) + "\n" + end + tail)
+    write_atomic_text(readme, head + start + "\n" + body + "\n" + end + tail)
     return True
 
 
@@ -641,6 +642,26 @@ def plot_contrasts(rows: Sequence[Contrast], png: Path) -> Path:
     return png
 
 
+def contrasts_summary(rows: Sequence[Contrast]) -> str:
+    """For the README: per env, how many contrasts lie above 0, the one with the highest
+    lower bound, and any below 0."""
+    def fmt(c: Contrast) -> str:
+        return (f"{c.estimator} {c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}] "
+                f"({len(c.seeds)} seeds, `{c.record}`)")
+    parts = []
+    for env in dict.fromkeys(c.env for c in rows):
+        env_rows = [c for c in rows if c.env == env]
+        above = [c for c in env_rows if c.verdict == "above 0"]
+        below = [c for c in env_rows if c.verdict == "below 0"]
+        text = f"{env}: {len(above)} of {len(env_rows)} contrasts above 0"
+        text += ("; " + ", ".join(map(fmt, above)) if above else
+                 "; the highest lower bound " + fmt(max(env_rows, key=lambda c: c.ci95[0])))
+        parts.append(text + ("; below 0: " + ", ".join(map(fmt, below)) if below else ""))
+    return ("Every credit comparison recorded, estimator vs grpo (paired final success, "
+            "bootstrap 95% CI; table and forest plot in [docs/results.md](docs/results.md)): "
+            + ". ".join(parts) + ".")
+
+
 def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
     """The section that answers "does any turn-level estimator beat the baseline?" across
     every comparison record, with the forest plot."""
@@ -676,7 +697,7 @@ def _plots(paths) -> list[str]:
 def _render_main_quickstart(rec: dict, title, path: Path, readme: Path | None) -> list[str]:
     """The issue's quickstart record: its section, its per-seed curves, and README's."""
     if readme is not None and Path(readme).exists():
-        update_readme(Path(readme), rec)
+        update_readme(Path(readme), "quickstart", quickstart_summary(rec))
     return render_quickstart(rec) + _plots(sorted(path.parent.glob("quickstart_seed*.png")))
 
 
@@ -701,7 +722,10 @@ def render(results_dir: Path, out_md: Path, readme: Path | None = None) -> Path:
              "shown above each table; `turngym results render` regenerates this page. "
              "Numbers differ across CPUs for the same seed, so every result is several seeds "
              "with confidence intervals.", ""]
-    parts += render_contrasts(contrasts(results_dir), results_dir / "credit_contrasts.png")
+    rows = contrasts(results_dir)
+    parts += render_contrasts(rows, results_dir / "credit_contrasts.png")
+    if rows and readme is not None and Path(readme).exists():
+        update_readme(Path(readme), "contrasts", contrasts_summary(rows))
     machines = set()
     missing = []
     for name, (kind, title, required) in RESULT_FILES.items():
