@@ -70,6 +70,26 @@ def test_console_module_entry_point_runs():
     assert out.returncode == 0 and "TextWorld" in out.stdout
 
 
+def test_a_long_command_writing_to_a_pipe_shows_each_line_when_printed():
+    """`turngym compare ... > log &`: the log must show progress while the run is still
+    going, not when a block buffer fills or the process ends."""
+    import os
+    import selectors
+    code = ("import time; from turngym.cli import main; main(['credits']); time.sleep(120)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a plain shell's
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=90), "nothing arrived while the command was still running"
+        assert proc.poll() is None  # still sleeping: the line came before the process ended
+        assert "grpo" in proc.stdout.readline() + proc.stdout.readline()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_wheel_installs_only_the_turngym_package(tmp_path):
     """No top-level envs/credit/... module may land in site-packages."""
     import pathlib

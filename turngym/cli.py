@@ -19,6 +19,7 @@ asked exit with status 2 and one clear message, before any work starts.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -184,6 +185,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a run's log (`turngym compare ... > log &`) shows each line when it is printed, not
+    # when a block buffer fills or the process ends
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # --plugin may stand before or after the subcommand
