@@ -222,6 +222,11 @@ def test_compare_record_counts_every_episode_of_a_multi_sample_evaluation():
     assert (rec["episodes_per_eval"], rec["tasks_per_eval"],
             rec["samples_per_task"]) == (256, 16, 16)
     assert "16 fixed tasks x 16 episodes each" in "\n".join(render_compare(rec, "t"))
+    # the record keeps the per-task data: its statistics can be recomputed from it alone
+    from turngym.trainers.compare import paired_bootstrap
+    kept = {n: e["per_task_success"] for n, e in rec["all_splits"]["train"]["estimators"].items()}
+    assert kept["grpo"] == [[0.5] * 16, [0.75] * 16]
+    assert paired_bootstrap(kept, "grpo")["vs_baseline"] == rec["vs_grpo"]
     # a record of one episode per task (and results written before the count was kept)
     del results["splits"]["train"]["episodes_per_seed"]
     rec = compare_record(results, "train", "turngym compare ...")
@@ -293,7 +298,20 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
     text = readme.read_text()
     assert text.startswith("intro\n<!-- results:contrasts -->\n") and text.endswith(
         "<!-- /results -->\nrest\n") and "old" not in text
+    t = rows[0].t95
     assert ("text world: 1 of 1 contrasts above 0; step_groups "
-            f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (3 seeds, "
-            "`compare_textworld_cons.json`)") in text
+            f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}], "
+            f"t [{t[0]:+.3f}, {t[1]:+.3f}] (3 seeds, `compare_textworld_cons.json`)") in text
     assert "search QA: 0 of 1 contrasts above 0; the highest lower bound role_judge" in text
+    # a record written before the crossed bootstrap: marked, its section says why
+    old = json.loads((res / "compare_search_pool.json").read_text())
+    del old["resample"]
+    (res / "compare_search_pool.json").write_text(json.dumps(old))
+    assert cli(["results", "render", "--dir", str(res), "--out", str(out),
+                "--readme", str(readme)]) == 0
+    md = out.read_text()
+    assert "| `compare_search_pool.json` * | role_judge |" in md
+    assert "| `compare_textworld_cons.json` | step_groups |" in md
+    section = md.split("## Search QA, learning a fixed pool")[1].split("\n## ")[0]
+    assert "bootstrap intervals are too narrow" in section
+    assert "1 of the 2 records predate the crossed bootstrap" in readme.read_text()

@@ -33,3 +33,23 @@ def test_three_seed_bootstrap_is_narrower_than_the_t_interval_it_is_reported_bes
     t_w = d["ci95_t"][1] - d["ci95_t"][0]
     assert t_w > 1.5 * boot_w
     assert stats.t.ppf(0.975, 2) > 4.3  # df = seeds - 1, not a normal quantile
+
+
+def test_a_task_effect_shared_by_every_seed_is_not_averaged_away():
+    """Every seed plays the same evaluation tasks, so a task on which the arm does better
+    does so on every seed. With eight identical seeds the paired difference is only as
+    certain as its task sample: half-width ~ 1.96 sd(task effect) / sqrt(T), not that over
+    sqrt(seeds x T) as when tasks are resampled separately per seed."""
+    rng = np.random.default_rng(1)
+    S, T = 8, 60
+    effect = rng.choice([-0.3, 0.3], T)
+    base_p = rng.uniform(0.3, 0.7, T)
+    st = paired_bootstrap({"base": [base_p] * S, "arm": [base_p + effect] * S}, "base",
+                          n_boot=4000)
+    lo, hi = st["vs_baseline"]["arm"]["ci95"]
+    assert (hi - lo) / 2 == pytest.approx(1.96 * effect.std() / np.sqrt(T), rel=0.15)
+    assert lo < effect.mean() < hi
+    # and each estimator's own interval carries the spread of task difficulty
+    lo, hi = st["estimators"]["base"]["ci95"]
+    assert (hi - lo) / 2 == pytest.approx(1.96 * base_p.std() / np.sqrt(T), rel=0.15)
+    assert st["resample"].startswith("seeds and tasks crossed")

@@ -6,9 +6,10 @@ same budget (steps, tasks per step, group size), same task streams and sampler s
 fixed task sets (``eval.num_tasks`` per split, identical for every estimator), so
 estimators are compared *paired*: on the same tasks, from the same warm start.
 
-Statistics (``paired_bootstrap``): a two-level bootstrap that resamples seeds, then
-tasks within each seed (the same resampled tasks for every estimator): it carries
-both the seed-to-seed variance of RL and the finite-sample noise of the evaluation.
+Statistics (``paired_bootstrap``): a bootstrap that resamples seeds and, independently,
+the evaluation tasks (one task resample for every seed and estimator, since all of them
+play the same tasks): it carries both the seed-to-seed variance of RL and the
+finite-sample noise of the evaluation.
 Each estimator gets the mean final success over seeds and its 95% CI; each
 estimator other than the baseline gets the paired difference to the baseline
 (``grpo``) with its 95% CI.  Seeds are given up front (``--seeds``), never chosen
@@ -293,10 +294,27 @@ def config_changes_from(cfg: DictConfig, variant: DictConfig) -> list[str]:
 
 
 # ------------------------------------------------------------------------ statistics
+# what one bootstrap replicate draws; records without this key resampled tasks separately
+# per seed (too narrow where tasks are shared across seeds)
+RESAMPLE = "seeds and tasks crossed (one task resample shared by all seeds)"
+
+
+def _row_counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """How often each of 0..n-1 occurs in each row of ``idx`` ([B, k] -> [B, n])."""
+    flat = (idx + n * np.arange(len(idx))[:, None]).ravel()
+    return np.bincount(flat, minlength=n * len(idx)).reshape(len(idx), n).astype(np.float64)
+
+
 def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None,
                      n_boot: int = 10000, seed: int = 0) -> dict:
-    """``per_seed[name][k]``: per-task successes of estimator ``name`` on seed k (same tasks
-    for every estimator within a seed).  Returns means, 95% CIs and paired differences."""
+    """``per_seed[name][k]``: per-task successes of estimator ``name`` on seed k, task j the
+    same task on every seed and for every estimator (the evaluation's fixed task set).
+    Returns means, 95% CIs and paired differences.
+
+    Seeds and tasks are crossed, so each replicate draws seeds and tasks independently and
+    uses ONE task resample for all its seeds: a task that favours one estimator favours it
+    on every seed, and resampling tasks separately per seed would average that shared task
+    effect away (intervals too narrow by up to sqrt(seeds) in its part of the variance)."""
     names = list(per_seed)
     S = len(per_seed[names[0]])
     T = min(len(x) for v in per_seed.values() for x in v)
@@ -304,11 +322,14 @@ def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None
                      for n in names])  # [E, S, T]
     rng = np.random.default_rng(seed)
     s_idx = rng.integers(0, S, size=(n_boot, S))
-    t_idx = rng.integers(0, T, size=(n_boot, S, T))
-    # [E, B, S, T] -> mean over tasks and seeds: [E, B]
-    boot = data[:, s_idx[:, :, None], t_idx].mean(axis=(2, 3))
+    t_idx = rng.integers(0, T, size=(n_boot, T))
+    # as counts: replicate b's mean is sum_{s,t} cs[b,s] ct[b,t] data[e,s,t] / (S T)
+    cs = _row_counts(s_idx, S)  # [B, S]
+    ct = _row_counts(t_idx, T)  # [B, T]
+    per_seed_boot = np.einsum("est,bt->ebs", data, ct) / T  # task-resampled seed means
+    boot = np.einsum("ebs,bs->eb", per_seed_boot, cs) / S  # [E, B]
     out: dict = {"estimators": {}, "vs_baseline": {}, "n_boot": n_boot,
-                 "seeds": S, "tasks_per_seed": T}
+                 "seeds": S, "tasks_per_seed": T, "resample": RESAMPLE}
     for e, name in enumerate(names):
         per_seed_means = data[e].mean(axis=1)
         out["estimators"][name] = {
@@ -344,6 +365,8 @@ def summarize_comparison(runs: dict, credits: list[str], splits: list[str],
             stats["estimators"][n]["seeds"] = seeds
             stats["estimators"][n]["warmstart"] = [
                 float(runs[n][s]["warmstart_eval"][split]["success"]) for s in seeds]
+            # the raw data behind every statistic, so any of them can be recomputed
+            stats["estimators"][n]["per_task_success"] = [x.tolist() for x in per_seed[n]]
         res["splits"][split] = stats
     res["episodes_per_eval"] = res["splits"][splits[0]]["episodes_per_seed"]
     return res

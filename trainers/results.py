@@ -289,12 +289,17 @@ def quickstart_variants(cfg: DictConfig, variants: dict[str, DictConfig],
 
 
 # ------------------------------------------------------------------------ compare / probe
+# what the bootstrap of compare records written before the crossed resample drew
+OLD_RESAMPLE = "seeds, then tasks separately within each seed"
+
+
 def compare_record(results: dict, split: str, command: str) -> dict:
     """compare.json -> the issue's schema for one split (final success on ``split``)."""
     st = results["splits"][split]
     # results written before episodes_per_seed was recorded played each task once
     episodes = st.get("episodes_per_seed", st["tasks_per_seed"])
     return {"command": command, "machine": machine(), "split": split,
+            "resample": st.get("resample", OLD_RESAMPLE),
             "episodes_per_eval": episodes, "tasks_per_eval": st["tasks_per_seed"],
             "samples_per_task": episodes // st["tasks_per_seed"], "baseline": results["baseline"],
             "estimators": {n: {"seeds": e["seeds"], "final": e["final"], "mean": e["mean"],
@@ -374,6 +379,17 @@ def _extra_decodings(runs: list[dict]) -> list[tuple[str, str, list[dict]]]:
     return out
 
 
+NARROW_NOTE = ("**This record's bootstrap intervals are too narrow**: every seed played the "
+               "same tasks, yet tasks were resampled separately per seed, which averages a "
+               "task effect shared by the seeds away; the record holds no per-task data to "
+               "recompute them. The seed-level t column is unaffected.")
+
+
+def _crossed(rec: dict) -> bool:
+    """Whether a compare record's bootstrap resampled seeds and tasks crossed."""
+    return rec.get("resample", OLD_RESAMPLE) != OLD_RESAMPLE
+
+
 def render_compare(rec: dict, title: str) -> list[str]:
     base = rec["baseline"]
     vs = rec[f"vs_{base}"]
@@ -381,10 +397,11 @@ def render_compare(rec: dict, title: str) -> list[str]:
              f"Final success on `{rec['split']}`, "
              f"{_eval_size(rec['episodes_per_eval'], rec.get('tasks_per_eval'))} per "
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
-             "two-level bootstrap (seeds, then tasks within a seed, paired across estimators). "
+             f"bootstrap over {rec.get('resample', OLD_RESAMPLE)}, paired across estimators. "
              "The last column is the Student-t interval of the per-seed paired differences "
              "(df = seeds - 1): with few seeds the bootstrap understates the seed-to-seed "
-             "spread, so read a difference as shown only if this interval excludes 0 too.",
+             "spread, so read a difference as shown only if this interval excludes 0 too."
+             + ("" if _crossed(rec) else " " + NARROW_NOTE),
              "", f"| estimator | warm start | final (per seed) | mean [95% CI] | vs {base} "
              f"[95% CI] | vs {base}, seed-level t 95% CI |", "|---|---|---|---|---|---|"]
     base_final = rec["estimators"][base]["final"]
@@ -579,11 +596,18 @@ class Contrast:
     diff: float
     ci95: tuple[float, float]  # two-level paired bootstrap
     t95: tuple[float, float] | None  # Student-t over per-seed paired differences
+    crossed: bool = True  # False: an old record whose bootstrap is too narrow (NARROW_NOTE)
+
+    @property
+    def intervals(self) -> list[tuple[float, float]]:
+        return [self.ci95] + ([self.t95] if self.t95 else [])
 
     @property
     def verdict(self) -> str:
-        lo, hi = self.ci95
-        return "above 0" if lo > 0 else "below 0" if hi < 0 else "includes 0"
+        """Above (below) 0 only where the bootstrap CI and the seed-level t interval both
+        are: with few seeds the bootstrap alone understates the seed-to-seed spread."""
+        return ("above 0" if all(lo > 0 for lo, _ in self.intervals) else
+                "below 0" if all(hi < 0 for _, hi in self.intervals) else "includes 0")
 
 
 def contrasts(results_dir: Path) -> list[Contrast]:
@@ -607,7 +631,7 @@ def contrasts(results_dir: Path) -> list[Contrast]:
             e = rec["estimators"][est]
             t = seed_t_interval(np.subtract(e["final"], base))
             rows.append(Contrast(name, env, est, tuple(e["seeds"]), d["diff_mean"],
-                                 tuple(d["ci95"]), tuple(t) if t else None))
+                                 tuple(d["ci95"]), tuple(t) if t else None, _crossed(rec)))
     order = list(ENV_NAMES.values())
     return sorted(rows, key=lambda c: order.index(c.env) if c.env in order else len(order))
 
@@ -646,20 +670,28 @@ def contrasts_summary(rows: Sequence[Contrast]) -> str:
     """For the README: per env, how many contrasts lie above 0, the one with the highest
     lower bound, and any below 0."""
     def fmt(c: Contrast) -> str:
-        return (f"{c.estimator} {c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}] "
+        t = f", t [{c.t95[0]:+.3f}, {c.t95[1]:+.3f}]" if c.t95 else ""
+        return (f"{c.estimator} {c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}]{t} "
                 f"({len(c.seeds)} seeds, `{c.record}`)")
     parts = []
     for env in dict.fromkeys(c.env for c in rows):
         env_rows = [c for c in rows if c.env == env]
         above = [c for c in env_rows if c.verdict == "above 0"]
         below = [c for c in env_rows if c.verdict == "below 0"]
-        text = f"{env}: {len(above)} of {len(env_rows)} contrasts above 0"
+        text = f"{env}: {len(above)} of {len(env_rows)} contrasts above 0"  # both intervals
         text += ("; " + ", ".join(map(fmt, above)) if above else
-                 "; the highest lower bound " + fmt(max(env_rows, key=lambda c: c.ci95[0])))
+                 "; the highest lower bound " + fmt(max(
+                     env_rows, key=lambda c: min(lo for lo, _ in c.intervals))))
         parts.append(text + ("; below 0: " + ", ".join(map(fmt, below)) if below else ""))
+    old = sorted({c.record for c in rows if not c.crossed})
     return ("Every credit comparison recorded, estimator vs grpo (paired final success, "
-            "bootstrap 95% CI; table and forest plot in [docs/results.md](docs/results.md)): "
-            + ". ".join(parts) + ".")
+            "bootstrap 95% CI; above or below 0 only where the seed-level t interval is too; "
+            "table and forest plot in [docs/results.md](docs/results.md)): "
+            + ". ".join(parts) + "."
+            + (f" {len(old)} of the {len({c.record for c in rows})} records predate the "
+               "crossed bootstrap (tasks resampled separately per seed, though every seed "
+               "plays the same tasks): their bootstrap intervals are too narrow, their t "
+               "intervals are not." if old else ""))
 
 
 def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
@@ -670,8 +702,9 @@ def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
     lines = ["## Every credit comparison at a glance", "",
              "Each row is one estimator against grpo in one comparison below (same warm "
              "start, budget and evaluation tasks per seed). A win needs the bootstrap 95% CI "
-             "of the paired difference above 0 (and, with few seeds, the seed-level t "
-             "interval too).", ""]
+             "of the paired difference and the seed-level t interval both above 0. Records "
+             "marked * predate the crossed bootstrap: their bootstrap intervals are too "
+             "narrow (see the record's section), so only their t interval is to be read.", ""]
     for env in dict.fromkeys(c.env for c in rows):
         env_rows = [c for c in rows if c.env == env]
         wins = [c for c in env_rows if c.verdict == "above 0"]
@@ -681,7 +714,8 @@ def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
     lines += ["", "| env | record | estimator | seeds | vs grpo [bootstrap 95% CI] | "
               "seed-level t 95% CI | CI |", "|---|---|---|---|---|---|---|"]
     for c in rows:
-        lines.append(f"| {c.env} | `{c.record}` | {c.estimator} | {len(c.seeds)} | "
+        lines.append(f"| {c.env} | `{c.record}`{'' if c.crossed else ' *'} | {c.estimator} | "
+                     f"{len(c.seeds)} | "
                      f"{c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}] | "
                      + (f"[{c.t95[0]:+.3f}, {c.t95[1]:+.3f}]" if c.t95 else "--")
                      + f" | {c.verdict} |")
