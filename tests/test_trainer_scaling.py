@@ -300,3 +300,17 @@ def test_one_step_update_reuses_its_forward_and_matches_the_scoring_pass(
     assert sa["pg_loss"] == pytest.approx(sb["pg_loss"], rel=1e-5, abs=1e-7)
     if not overrides:
         assert sa["clipfrac"] == 0.0  # ratio exactly 1 on the only step
+
+
+def test_pg_loss_is_the_policy_gradient_term_and_loss_what_was_differentiated(tiny_stack):
+    """With an entropy bonus the logged pg_loss stays the clipped surrogate alone (the
+    same as without the bonus) and `loss` carries the bonus."""
+    tok = tiny_stack[0]
+    out = {}
+    for coef in (0.0, 0.5):
+        trainer = _trainer(_model(tok), tok, overrides=(f"rl.entropy_coef={coef}",))
+        out[coef] = trainer.update([_group(len(tok))], CREDIT)
+    assert out[0.0]["loss"] == pytest.approx(out[0.0]["pg_loss"], rel=1e-6)
+    assert out[0.5]["pg_loss"] == pytest.approx(out[0.0]["pg_loss"], rel=1e-5, abs=1e-7)
+    # one update of one micro-batch: loss = pg - coef * (aggregated entropy) < pg
+    assert out[0.5]["loss"] < out[0.5]["pg_loss"] - 0.1 * out[0.5]["entropy"]

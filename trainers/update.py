@@ -45,7 +45,7 @@ from .fsdp import is_sharded, unsharded
 from .hardware import memory_report, reset_peak_memory
 from .losses import aggregate, kl_k3, ppo_clip_terms
 
-_STATS = ("pg_loss", "kl", "clipfrac", "entropy")
+_STATS = ("pg_loss", "loss", "kl", "clipfrac", "entropy")
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -171,6 +171,7 @@ class PolicyGradientTrainer:
         old = logp.detach() if old_from_forward else b.old_logprobs
         pg, clipped = ppo_clip_terms(logp, old, b.advantages, cfg.clip_low, cfg.clip_high)
         loss = aggregate(pg, b.loss_mask, cfg.loss_agg, denom)
+        stats["pg_loss"] += float(loss.detach())  # the policy-gradient term alone
         ent_coef = float(cfg.entropy_coef)
         ent = token_entropies(logits) if ent_coef else None
         if ent is not None:  # entropy bonus: keeps a sharpening policy exploring
@@ -185,7 +186,7 @@ class PolicyGradientTrainer:
             stats["kl"] += float((kl.detach() * b.loss_mask).sum()) / n_tok
         loss.backward()
         with torch.no_grad():
-            stats["pg_loss"] += float(loss.item())
+            stats["loss"] += float(loss.detach())  # what was differentiated
             stats["clipfrac"] += float((clipped * b.loss_mask).sum()) / n_tok
             ent = token_entropies(logits) if ent is None else ent.detach()
             stats["entropy"] += float((ent * b.loss_mask).sum()) / n_tok
