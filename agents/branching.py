@@ -42,6 +42,7 @@ class BranchPoint:
     response_prefix: tuple[int, ...] = ()
     context_mode: ContextMode = ContextMode.FULL
     history: tuple[tuple[int, ...], ...] = ()  # WINDOW: Trajectory.history[:turn + 1]
+    invalid_streak: int = 0  # malformed turns in a row just before ``turn``
 
 
 def branch_point(traj: Trajectory, turn: int) -> BranchPoint:
@@ -64,7 +65,8 @@ def branch_point_at(traj: Trajectory, turn: int, offset: int) -> BranchPoint:
                        traj.context_before(turn) + prefix, turn,
                        float(sum(t.reward for t in traj.turns[:turn])),
                        traj.group_id, traj.task_id, prefix, traj.context_mode,
-                       traj.history[: turn + 1] if traj.windowed else ())
+                       traj.history[: turn + 1] if traj.windowed else (),
+                       int(traj.turns[turn - 1].info.get("invalid_streak", 0)) if turn else 0)
 
 
 def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
@@ -92,6 +94,7 @@ def continue_from(policy: Policy, prompter: ChatPrompter, pool: EnvPool,
             e.task_id = bp.task_id or e.task_id
             e.start_turn, e.response_prefix = bp.turn, list(bp.response_prefix)
             e.total_reward = bp.prior_reward
+            e.invalid_streak = bp.invalid_streak  # max_invalid_streak cuts as it would have
             episodes.append(e)
         run_episodes(policy, prompter, episodes, cfg, progress)
     finally:

@@ -279,10 +279,11 @@ def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, tu
     # the turn's prompt: in FULL mode the tokens new since the last response, in WINDOW
     # mode the whole window (each turn is its own training row)
     prompt = context if e.transcript.mode is ContextMode.WINDOW else e.transcript.pending()
+    e.invalid_streak = 0 if parsed.ok else e.invalid_streak + 1
+    info["invalid_streak"] = e.invalid_streak  # where a branch resumed after this turn starts
     e.turns.append(Turn(tuple(prompt), tuple(s.token_ids), (1,) * len(s.token_ids),
                         tuple(s.logprobs), action, shown, float(reward), info, choices))
     e.total_reward += float(reward)
-    e.invalid_streak = 0 if parsed.ok else e.invalid_streak + 1
     prefix, e.response_prefix = e.response_prefix, []
     if info.get("won"):
         e.success = True

@@ -175,3 +175,22 @@ def test_policy_stops_at_every_eos_the_model_declares(tiny_stack):
     m.generation_config.eos_token_id = [tok.eos_token_id, 7]
     assert HFPolicy(m, tok).stop_token_ids == (tok.eos_token_id, 7)
     assert HFPolicy(m, tok, stop_token_ids=[9]).stop_token_ids == (9,)
+
+
+def test_a_branch_resumed_after_malformed_turns_keeps_their_streak(tiny_stack):
+    """max_invalid_streak=3: a continuation resumed after two malformed turns is cut after
+    one more, exactly as the original rollout was, not after three more."""
+    from turngym.agents.branching import branch_point, branch_point_at, continue_from
+    tok, _, prompter = tiny_stack
+    pol = ScriptedPolicy(tok, ["go to cabinet 1 please"])  # never a well-formed action
+    pool = EnvPool(lambda: TextWorldEnv())
+    cfg = RolloutConfig(max_turns=10, max_new_tokens=12, max_invalid_streak=3)
+    (group,) = rollout(pol, prompter, pool, [0], 1, cfg)
+    (traj,) = group
+    assert traj.stop_reason is StopReason.INVALID and traj.num_turns == 3
+    for bp in (branch_point(traj, 2), branch_point_at(traj, 2, 2)):
+        assert bp.invalid_streak == 2
+        (cont,) = continue_from(pol, prompter, pool, [bp], cfg)
+        assert cont.stop_reason is StopReason.INVALID and cont.num_turns == 1
+    (fresh,) = continue_from(pol, prompter, pool, [branch_point(traj, 0)], cfg)
+    assert fresh.num_turns == 3  # from the start: no streak yet
