@@ -466,6 +466,88 @@ def test_printing_300_mb_keeps_the_parent_bounded():
     healthy()
 
 
+# memory the address-space limit does not count: each route tries to hold 4x memory_mb
+# (from the call's main process and from a forked child) and reports how much it held
+_OFF_BOOKS = r'''
+import os
+MB, WANT = 1 << 20, 4 * LIMIT_MB
+
+
+def memfd():  # pages of an anonymous file: no mapping, so RLIMIT_AS never sees them
+    held, fds = 0, []
+    while held < WANT:
+        fd = os.memfd_create("m")
+        fds.append(fd)
+        for _ in range(8):
+            os.write(fd, b"x" * MB)
+            held += 1
+    return held
+
+
+def sysv():  # System V segments outlive their mapping: attach, fill, detach, repeat
+    import ctypes  # (the audit hook of the default config refuses ctypes itself)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    held = 0
+    while held < WANT:
+        sid = libc.shmget(0, 8 * MB, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        if sid < 0:
+            raise OSError(ctypes.get_errno(), "shmget")
+        addr = libc.shmat(sid, None, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "shmat")
+        ctypes.memset(addr, 1, 8 * MB)
+        libc.shmdt(ctypes.c_void_p(addr))
+        held += 8
+    return held
+
+
+def posix_shm():
+    fd = os.open("/dev/shm/x", os.O_CREAT | os.O_RDWR, 0o600)
+    held = 0
+    while held < WANT:
+        os.write(fd, b"x" * MB)
+        held += 1
+    return held
+
+
+for name, attack in (("memfd", memfd), ("sysv", sysv), ("posix_shm", posix_shm)):
+    for who in ("main", "child"):
+        if who == "child":
+            r, w = os.pipe()
+            try:
+                pid = os.fork()
+            except Exception as exc:  # the audit hook (default config) refuses fork
+                print(name, who, "blocked", type(exc).__name__)
+                continue
+            if pid == 0:
+                try:
+                    os.write(w, b"HELD %d" % attack())
+                except Exception as exc:
+                    os.write(w, b"blocked " + type(exc).__name__.encode())
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print(name, who, os.read(r, 100).decode())
+            continue
+        try:
+            print(name, who, "HELD", attack())
+        except Exception as exc:
+            print(name, who, "blocked", type(exc).__name__)
+'''
+
+
+@pytest.mark.parametrize("config", [RAW, None], ids=["kernel-only", "default"])
+def test_memory_outside_the_address_space_limit_cannot_be_held(config):
+    """memory_mb bounds what a call holds: memfd pages and System V shared memory (which
+    RLIMIT_AS does not count) are refused by the seccomp filter, in the call's process and
+    in every process it starts; /dev/shm is read-only."""
+    lim = SandboxLimits(wall_seconds=10.0, cpu_seconds=8, memory_mb=64, file_mb=64)
+    r = run_python(_OFF_BOOKS.replace("LIMIT_MB", str(lim.memory_mb)), lim, config)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 6 and not any("HELD" in line for line in lines), r
+    healthy(config)
+
+
 # ---------------------------------------------------------------- machinery
 
 def test_a_killed_launcher_is_replaced():
@@ -558,6 +640,8 @@ def _run_as_nobody(tmp_path) -> None:
     home = tmp_path / "home"  # world-readable copies: sandbox.py and bwrap with its libs
     (home / "pkg" / "_bin").mkdir(parents=True)
     shutil.copy(sandbox.__file__, home / "sandbox.py")
+    import pyseccomp  # the filter's compiler: a single module over the system libseccomp
+    shutil.copy(pyseccomp.__file__, home / "pyseccomp.py")
     bw = str(bwrap_path())
     shutil.copy2(bw, home / "pkg" / "_bin" / "bwrap")
     libs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(bw))),
@@ -568,6 +652,7 @@ def _run_as_nobody(tmp_path) -> None:
         d.chmod(0o755)
     (home / "run.py").write_text(r'''
 import importlib.util, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # pyseccomp beside sandbox.py
 spec = importlib.util.spec_from_file_location("sbx", sys.argv[1])
 sbx = importlib.util.module_from_spec(spec)
 sys.modules["sbx"] = sbx

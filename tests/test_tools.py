@@ -106,6 +106,19 @@ def test_sandbox_runs_code_in_a_throwaway_directory():
     assert err.returncode == 1 and "ValueError: boom" in err.render()
 
 
+def test_the_agent_sees_the_error_whatever_came_before_it_on_stderr():
+    """A long stderr is cut at max_output_chars, yet the exception it ends with is what
+    the agent is shown; a blank stderr is shown as nothing, and stdout is kept."""
+    lim = SandboxLimits(max_output_chars=500)
+    r = run_python("import sys\nsys.stderr.write('w' * 5000 + '\\n')\n"
+                   "raise ValueError('the real error')", lim)
+    assert r.truncated and "[truncated" in r.stderr
+    assert r.render() == "[exit code 1]\nValueError: the real error"
+    r = run_python("import sys\nprint('partial result')\nsys.stderr.write('\\n  \\n')\n"
+                   "raise SystemExit(3)", lim)
+    assert r.render() == "partial result\n[exit code 3]"
+
+
 @pytest.mark.parametrize("code,expect", [
     ("while True:\n    pass", "time limit"),
     ("import time\ntime.sleep(60)", "time limit"),

