@@ -308,3 +308,29 @@ def test_spaced_decimals_from_word_level_detokenisers():
     gold = env.task_info()["gold_answer"][0]
     spaced = " . ".join(gold.split(".")) if "." in gold else gold
     assert env.step(f"<answer> {spaced} </answer>")[1] == 1.0
+
+
+def test_train_and_test_splits_share_no_problem_and_cover_every_kind():
+    """ToolMath: no test problem text is ever a training problem (one template has only
+    2,360 distinct problems); ToolShop: both splits hold every task kind."""
+    from turngym.envs.tools.math_env import _TEMPLATES, split_problem
+    from turngym.envs.tools.shop_env import ToolShopEnv
+    train = {split_problem("train", i)[1] for i in range(20000)}
+    test = [split_problem("test", i) for i in range(1000)]
+    assert not train & {t for _, t, _ in test}
+    assert {k % len(_TEMPLATES) for k, _, _ in test} == set(range(len(_TEMPLATES)))
+    assert len({t for _, t, _ in test}) > 900  # held-out problems, not one repeated
+
+    def kind(calls):
+        names = [n for n, _ in calls]
+        return ("cancel_latest" if "list_orders" in names else
+                next(n for n in names if n != "find_user"))
+    for split in ("train", "test"):
+        env = ToolShopEnv(split=split)
+        kinds = []
+        for s in range(40):
+            env.reset(seed=s)
+            kinds.append(kind(env.gold_calls))
+        counts = {k: kinds.count(k) for k in set(kinds)}
+        assert counts == {"cancel_order": 10, "change_address": 10, "refund_order": 10,
+                          "cancel_latest": 10}, (split, counts)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -84,6 +85,29 @@ def make_problem(index: int) -> tuple[str, float]:
     return text.format(a=a, b=b, p=p, q=q), float(f(a, b, p, q))
 
 
+def held_out(text: str) -> bool:
+    """Whether a problem belongs to the test split: a fixed fifth of all problem texts, so
+    no test problem is ever a training problem (one template has only 2,360 distinct ones,
+    which a run's training draws would otherwise repeat)."""
+    return zlib.crc32(text.encode()) % 5 == 0
+
+
+def split_problem(split: str, index: int) -> tuple[int, str, float]:
+    """(problem number, text, answer) of the split's ``index``-th task: the first of the
+    numbers k = 2 index (+1 for test), k + STRIDE, k + 2 STRIDE, ... whose text is in the
+    split (the stride keeps the template, k mod 5, and is beyond any seed, so two indices
+    never try the same number)."""
+    k = 2 * index + (1 if split == "test" else 0)
+    while True:
+        text, gold = make_problem(k)
+        if held_out(text) == (split == "test"):
+            return k, text, gold
+        k += _STRIDE
+
+
+_STRIDE = 10 << 32
+
+
 class ToolMathEnv(ToolEnv):
     instructions = ("Solve the problem. Use the tools for arithmetic, then reply with the "
                     "final number as <answer> number </answer>.")
@@ -137,9 +161,7 @@ class ToolMathEnv(ToolEnv):
 
     def setup(self, index: int) -> None:
         self._prefetched = {}
-        # train and test draw disjoint problem numbers
-        self.index = 2 * index + (1 if self.split == "test" else 0)
-        self.question, self.gold = make_problem(self.index)
+        self.index, self.question, self.gold = split_problem(self.split, index)
 
     def toolset(self) -> ToolSet:
         return self.tools

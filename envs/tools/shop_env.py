@@ -155,7 +155,9 @@ def make_task(index: int) -> tuple[dict, str, list[tuple[str, dict]]]:
     """(initial db, user request, gold call sequence)."""
     rng = random.Random(index * 104729 + 3)
     db = generate_db(rng)
-    kind = ["cancel", "address", "refund", "cancel_latest"][index % 4]
+    # train tasks have even indices, test tasks odd ones: the kind follows index // 2 so
+    # that both splits hold every kind
+    kind = ["cancel", "address", "refund", "cancel_latest"][(index // 2) % 4]
     want = "delivered" if kind == "refund" else "pending"
     choices = sorted(oid for oid, o in db["orders"].items() if o["status"] == want)
     if not choices:  # regenerate deterministically until the task is possible
