@@ -74,6 +74,26 @@ def test_walkthrough_wins_and_score_reward_sums_to_one(simple_game):
     assert progress == sorted(progress) and progress[-1] == 8  # one entry per point
 
 
+def test_no_step_after_a_win_or_the_turn_cap(simple_game):
+    """As every turngym env: a finished episode refuses further steps (the engine would
+    keep paying the win) until reset."""
+    env = TextWorldGameEnv(games=simple_game, reward="won")
+    env.reset(seed=0)
+    term = False
+    while not term:
+        _, r, term, _, _ = env.step(env.oracle_action())
+    assert r == 1.0
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step("look")
+    env = TextWorldGameEnv(games=simple_game, max_turns=2)
+    env.reset(seed=0)
+    assert not env.step("look")[3] and env.step("look")[3]  # truncated on the 2nd
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step("look")
+    env.reset(seed=0)
+    assert env.step("look")[0]  # a reset starts over
+
+
 def test_expert_recovers_from_detours(simple_game):
     env = TextWorldGameEnv(games=simple_game)
     rng = random.Random(3)

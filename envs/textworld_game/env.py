@@ -169,6 +169,7 @@ class GameEnv(TextEnv):
         self._walkthrough: list[str] | None = None
         self._planning = False
         self._steps = 0
+        self._over = False
         self._score = 0
 
     # -------------------------------------------------------------- subclass hooks
@@ -239,6 +240,7 @@ class GameEnv(TextEnv):
         self._actions = []
         self._moves = []
         self._steps = 0
+        self._over = False
         self._score = int(self._state.get("score") or 0)
         self._walkthrough = self._walkthrough_for(game, self._state)
         obs = sanitize(self._observation(self._state.feedback, first=True),
@@ -253,6 +255,8 @@ class GameEnv(TextEnv):
     def step(self, action: str):
         if self._state is None:
             raise RuntimeError("call reset() before step()")
+        if self._over:  # the engine would go on (and keep paying a win): as every env does
+            raise RuntimeError("episode is over (terminated or truncated); call reset()")
         command = self._clean(action if isinstance(action, str) else str(action))
         admissible = list(self._state.get("admissible_commands") or [])
         self._steps += 1
@@ -276,6 +280,7 @@ class GameEnv(TextEnv):
         self._score = score
         terminated = won or lost
         truncated = not terminated and self._steps >= self.max_turns
+        self._over = terminated or truncated
         obs = sanitize(obs, self.max_observation_length)
         self._last_obs = obs
         return obs, float(reward), terminated, truncated, self._info(valid=valid)
