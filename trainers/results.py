@@ -594,7 +594,7 @@ class Contrast:
     estimator: str
     seeds: tuple[int, ...]
     diff: float
-    ci95: tuple[float, float]  # two-level paired bootstrap
+    ci95: tuple[float, float]  # paired bootstrap (the record's resample)
     t95: tuple[float, float] | None  # Student-t over per-seed paired differences
     crossed: bool = True  # False: an old record whose bootstrap is too narrow (NARROW_NOTE)
 
