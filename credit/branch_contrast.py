@@ -148,9 +148,8 @@ def branch_contrast(group: TrajectoryGroup, p: BranchContrastParams,
     node_adv, node_cbv, branch_adv = [], [], []
     for n, (i, _, _) in enumerate(nodes):
         r = np.array([trajs[i].outcome_reward] + [b.outcome_reward for b in node_branches[n]])
-        sd = r.std()
-        a = (r - r.mean()) / (sd + eps) if sd > 0 else np.zeros_like(r)
-        node_adv.append(a)
+        # normalised as the outcome part of the same trajectory is (ddof, std_normalize)
+        node_adv.append(group_normalize(r, p.std_normalize, eps))
         node_cbv.append(contrast_value(r, how))
     cbv = np.array(node_cbv)
     mean_cbv = cbv[cbv > 0].mean() if (cbv > 0).any() else 1.0

@@ -126,10 +126,16 @@ def test_cbv_rescaling_keeps_signs_and_segments_follow_nodes(tiny_stack, monkeyp
         return [b.with_(outcome_reward=next(outcomes)) for b in out]
     res = assign_credit("branch_contrast", [g], {"branches_per_node": 2},
                         CreditContext(policy=policy, brancher=scripted))[0]
+    rs = [np.array([g.trajectories[i].outcome_reward, *[[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]][n]])
+          for n, (i, _, _) in enumerate(nodes)]
+    cbv = np.array([r.std() for r in rs])
+    w = cbv / cbv[cbv > 0].mean()
     for n, (i, _, _) in enumerate(nodes):
-        r = np.array([g.trajectories[i].outcome_reward, *[[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]][n]])
-        a = (r - r.mean()) / (r.std() + 1e-6) if r.std() > 0 else np.zeros(3)
+        r = rs[n]
+        # the outcome part's normalisation (sample std, ddof 1), rescaled by the contrast
+        a = (r - r.mean()) / (r.std(ddof=1) + 1e-6) if r.std() > 0 else np.zeros(3)
         branch_adv = [adv[0] for b, adv in res.extra[2 * n:2 * n + 2]]
+        assert branch_adv == pytest.approx(a[1:] * w[n])
         assert np.all(np.sign(branch_adv) == np.sign(a[1:]))  # CBV keeps the sign
         toks = np.concatenate(res.token_advantages[i])
         if r.std() > 0:
@@ -259,3 +265,23 @@ def test_an_env_failing_while_a_branch_replays_ends_only_that_branch(tiny_stack,
     # no node kept a branch, so no contrast: every token keeps the outcome advantage
     for traj, toks, adv in zip(g, res.token_advantages, res.turn_advantages):
         assert np.allclose(np.concatenate([np.asarray(x) for x in toks]), adv[0])
+
+
+def test_without_std_normalisation_node_segments_are_not_std_scaled(tiny_stack, monkeypatch):
+    """std_normalize=false (Dr. GRPO's mean-only advantages) holds after a branch node as
+    before it: a parent's advantage never changes scale at a node for a reason unrelated to
+    credit."""
+    policy, prompter, pool, cfg, groups, brancher, _ = _setup(tiny_stack, seeds=(1,), group=3)
+    g = groups[0]
+    import turngym.credit.branch_contrast as bc
+    monkeypatch.setattr(bc, "select_nodes", lambda *a, **k: [(0, 0, 0)])
+    outcomes = iter([1.0, 0.0])
+
+    def scripted(points):
+        return [b.with_(outcome_reward=next(outcomes))
+                for b in continue_from(policy, prompter, pool, points, cfg)]
+    res = assign_credit("branch_contrast", [g], {"branches_per_node": 2, "std_normalize": False},
+                        CreditContext(policy=policy, brancher=scripted))[0]
+    r = np.array([g.trajectories[0].outcome_reward, 1.0, 0.0])
+    assert [adv[0] for _, adv in res.extra] == pytest.approx(r[1:] - r.mean())
+    assert np.concatenate(res.token_advantages[0]) == pytest.approx(r[0] - r.mean())
