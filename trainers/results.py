@@ -571,6 +571,9 @@ RESULT_FILES = {
     "compare_search_sparse.json": (
         "compare", "Search QA, the same pool from a weak warm start where most groups fail "
         "together (pre-registered: info_gain and td_log_ratio vs grpo; pool success)", False),
+    "compare_search_cbpo.json": (
+        "compare", "Search QA, the pool of s22 with branch contrast and the oracle role judge "
+        "(pre-registered: branch_contrast vs grpo, role_judge secondary; pool success)", False),
     "probe_textworld.json": ("probe", "Credit-quality probe, text world (free generation)",
                              True),
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
