@@ -85,7 +85,7 @@ def test_compare_two_seeds_share_one_warm_start_per_seed(tmp_path):
     assert main(["results", "render", "--dir", str(tmp_path), "--out", str(md)]) == 0
     page = md.read_text()
     assert "## Search QA, confirmatory test on fresh seeds" in page
-    assert page.count("| step_groups |") == 2 and "compare_search.json" in page
+    assert page.count("\n| step_groups |") == 2 and "compare_search.json" in page  # its rows
     assert "compare_textworld_long.json" not in page
 
 
