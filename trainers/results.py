@@ -704,7 +704,8 @@ def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
         return []
     lines = ["## Every credit comparison at a glance", "",
              "Each row is one estimator against grpo in one comparison below (same warm "
-             "start, budget and evaluation tasks per seed). A win needs the bootstrap 95% CI "
+             "start, RL steps, tasks and groups, and evaluation tasks per seed; branch_contrast "
+             "samples its branches on top). A win needs the bootstrap 95% CI "
              "of the paired difference and the seed-level t interval both above 0. Records "
              "marked * predate the crossed bootstrap: their bootstrap intervals are too "
              "narrow (see the record's section), so only their t interval is to be read.", ""]
