@@ -352,6 +352,7 @@ def format_probe(results: dict) -> str:
     for n, why in results["skipped"].items():
         lines.append(f"{n:<16s} skipped: {why}")
     from .results import errors_note
-    if errors_note(results):
-        lines.append(errors_note(results))
+    note = errors_note(results)
+    if note:
+        lines.append(note)
     return "\n".join(lines)

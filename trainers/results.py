@@ -390,6 +390,12 @@ def _crossed(rec: dict) -> bool:
     return rec.get("resample", OLD_RESAMPLE) != OLD_RESAMPLE
 
 
+def _t_vs_baseline(rec: dict, name: str) -> list[float] | None:
+    """Student-t interval of ``name``'s per-seed paired differences to the baseline."""
+    base = rec["estimators"][rec["baseline"]]["final"]
+    return seed_t_interval(np.subtract(rec["estimators"][name]["final"], base))
+
+
 def render_compare(rec: dict, title: str) -> list[str]:
     base = rec["baseline"]
     vs = rec[f"vs_{base}"]
@@ -404,11 +410,10 @@ def render_compare(rec: dict, title: str) -> list[str]:
              + ("" if _crossed(rec) else " " + NARROW_NOTE),
              "", f"| estimator | warm start | final (per seed) | mean [95% CI] | vs {base} "
              f"[95% CI] | vs {base}, seed-level t 95% CI |", "|---|---|---|---|---|---|"]
-    base_final = rec["estimators"][base]["final"]
     for name, e in rec["estimators"].items():
         d = vs.get(name)
         diff = f"{d['diff_mean']:+.3f} {_ci(d['ci95'])}" if d else "--"
-        t = seed_t_interval(np.subtract(e["final"], base_final)) if d else None
+        t = _t_vs_baseline(rec, name) if d else None
         lines.append(f"| {name} | {np.mean(e['warmstart']):.3f} | "
                      f"{', '.join(f'{x:.3f}' for x in e['final'])} | "
                      f"**{e['mean']:.3f}** {_ci(e['ci95'])} | {diff} | "
@@ -492,11 +497,10 @@ def quickstart_summary(rec: dict) -> str:
 def update_readme(readme: Path, block: str, body: str) -> bool:
     """Replaces the README's generated block ``<!-- results:BLOCK -->`` ... ``<!-- /results
     -->`` with ``body``; False when it has none."""
-    text = readme.read_text()
     start, end = f"<!-- results:{block} -->", README_END
-    if start not in text or end not in text.split(start, 1)[1]:
+    head, found, rest = readme.read_text().partition(start)
+    if not found or end not in rest:
         return False
-    head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     write_atomic_text(readme, head + start + "\n" + body + "\n" + end + tail)
     return True
@@ -626,15 +630,15 @@ def contrasts(results_dir: Path) -> list[Contrast]:
         if kind != "compare" or not path.exists():
             continue
         rec = json.loads(path.read_text())
-        env = ENV_NAMES.get(Path(name).stem.split("_")[1], Path(name).stem.split("_")[1])
-        base = rec["estimators"][rec["baseline"]]["final"]
+        key = Path(name).stem.split("_")[1]
+        env = ENV_NAMES.get(key, key)
         for est, d in rec[f"vs_{rec['baseline']}"].items():
             if est not in estimators:  # a recipe arm (e.g. another lr), not a credit method
                 continue
-            e = rec["estimators"][est]
-            t = seed_t_interval(np.subtract(e["final"], base))
-            rows.append(Contrast(name, env, est, tuple(e["seeds"]), d["diff_mean"],
-                                 tuple(d["ci95"]), tuple(t) if t else None, _crossed(rec)))
+            t = _t_vs_baseline(rec, est)
+            rows.append(Contrast(name, env, est, tuple(rec["estimators"][est]["seeds"]),
+                                 d["diff_mean"], tuple(d["ci95"]), tuple(t) if t else None,
+                                 _crossed(rec)))
     order = list(ENV_NAMES.values())
     return sorted(rows, key=lambda c: order.index(c.env) if c.env in order else len(order))
 
@@ -669,6 +673,14 @@ def plot_contrasts(rows: Sequence[Contrast], png: Path) -> Path:
     return png
 
 
+def _by_env(rows: Sequence[Contrast]) -> dict[str, list[Contrast]]:
+    """The contrasts of each env, envs in the order they first appear."""
+    out: dict[str, list[Contrast]] = {}
+    for c in rows:
+        out.setdefault(c.env, []).append(c)
+    return out
+
+
 def contrasts_summary(rows: Sequence[Contrast]) -> str:
     """For the README: per env, how many contrasts lie above 0, the one with the highest
     lower bound, and any below 0."""
@@ -677,8 +689,7 @@ def contrasts_summary(rows: Sequence[Contrast]) -> str:
         return (f"{c.estimator} {c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}]{t} "
                 f"({len(c.seeds)} seeds, `{c.record}`)")
     parts = []
-    for env in dict.fromkeys(c.env for c in rows):
-        env_rows = [c for c in rows if c.env == env]
+    for env, env_rows in _by_env(rows).items():
         above = [c for c in env_rows if c.verdict == "above 0"]
         below = [c for c in env_rows if c.verdict == "below 0"]
         text = f"{env}: {len(above)} of {len(env_rows)} contrasts above 0"  # both intervals
@@ -709,8 +720,7 @@ def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
              "of the paired difference and the seed-level t interval both above 0. Records "
              "marked * predate the crossed bootstrap: their bootstrap intervals are too "
              "narrow (see the record's section), so only their t interval is to be read.", ""]
-    for env in dict.fromkeys(c.env for c in rows):
-        env_rows = [c for c in rows if c.env == env]
+    for env, env_rows in _by_env(rows).items():
         wins = [c for c in env_rows if c.verdict == "above 0"]
         lines.append(f"* **{env}**: {len(wins)} of {len(env_rows)} contrasts above 0"
                      + (": " + ", ".join(f"{c.estimator} ({c.record})" for c in wins)

@@ -92,6 +92,9 @@ def held_out(text: str) -> bool:
     return zlib.crc32(text.encode()) % 5 == 0
 
 
+_STRIDE = 10 << 32  # a multiple of 5 (the template) beyond any seed
+
+
 def split_problem(split: str, index: int) -> tuple[int, str, float]:
     """(problem number, text, answer) of the split's ``index``-th task: the first of the
     numbers k = 2 index (+1 for test), k + STRIDE, k + 2 STRIDE, ... whose text is in the
@@ -103,9 +106,6 @@ def split_problem(split: str, index: int) -> tuple[int, str, float]:
         if held_out(text) == (split == "test"):
             return k, text, gold
         k += _STRIDE
-
-
-_STRIDE = 10 << 32
 
 
 class ToolMathEnv(ToolEnv):
