@@ -586,6 +586,32 @@ def test_refusals_name_the_opt_in_and_never_fall_back_to_root(tmp_path):
     assert "sandbox={'isolation': 'unsafe-inprocess'}" in out.stdout
 
 
+
+@pytest.mark.parametrize("how", ["no libseccomp", "kernel refuses the filter"])
+def test_without_its_seccomp_filter_the_sandbox_does_not_run_code(how, tmp_path):
+    """Fails closed: where the filter cannot be built (no libseccomp) or loaded (a kernel
+    that refuses it, here a malformed program), no user code runs, the tool and the env
+    refuse with the reason and the opt-in, and nothing falls back to an unfiltered box."""
+    breaks = {"no libseccomp": "sys.modules['seccomp'] = sys.modules['pyseccomp'] = None\n",
+              "kernel refuses the filter":
+                  "import turngym.envs.tools.sandbox as sb\n"
+                  "sb.seccomp_filter = lambda: bytes([0xff] * 8)\n"}[how]
+    script = tmp_path / "noseccomp.py"
+    script.write_text(
+        "import sys\n" + breaks +
+        "from turngym.envs.tools import SandboxUnavailableError, run_python\n"
+        "from turngym.envs.tools.math_env import ToolMathEnv\n"
+        "for make in (lambda: print(run_python('print(\"RAN\")').render()), ToolMathEnv):\n"
+        "    try:\n        make()\n        print('MADE')\n"
+        "    except SandboxUnavailableError as exc:\n        print('refused:', exc)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0 and "RAN" not in out.stdout and "MADE" not in out.stdout, out
+    assert out.stdout.count("refused:") == 2, out
+    assert ("libseccomp" if how == "no libseccomp" else "seccomp filter could not be loaded"
+            ) in out.stdout
+    assert "sandbox={'isolation': 'unsafe-inprocess'}" in out.stdout
+
 def _nobody_can_run_python() -> bool:
     try:
         subprocess.run([sys.executable, "-c", "pass"], user=65534, group=65534,
