@@ -109,16 +109,32 @@ def test_compare_variants_pair_rl_settings_from_one_warm_start(tmp_path, capsys)
                      (["--variant", "a/b: rl.lr=1e-4"], "variant name"),
                      (["--variant", "a: rl.lr=1e-4", "--variant", "a: rl.lr=2e-4"], "twice"),
                      (["--variant", "a: rl.lr=1e-4", "--baseline", "grpo"], "not one of"),
+                     (["--variant", "a: rl.lr=1e-4", "--also-vs", "b"], "--also-vs 'b' is not"),
+                     (["--variant", "a: rl.lr=1e-4", "--variant", "b: rl.lr=2e-4",
+                       "--also-vs", "a"], "the baseline already"),
                      (["--variant", "a: rl.no_such_key=1"], "no_such_key")):
         assert main(base + bad) != 0
         assert why in capsys.readouterr().err
         assert not out.exists()  # refused before anything was built
     code = main(base + ["--variant", "slow: rl.lr=1e-6", "--variant", "fast: rl.lr=1e-2",
+                        "--variant", "mid: rl.lr=1e-3", "--also-vs", "fast",
                         "--results", str(tmp_path / "compare_lr.json")])
     assert code == 0
     rec = json.loads((tmp_path / "compare_lr.json").read_text())
-    assert rec["baseline"] == "slow" and set(rec["vs_slow"]) == {"fast"}
+    assert rec["baseline"] == "slow" and set(rec["vs_slow"]) == {"fast", "mid"}
     assert rec["arms"]["fast"] == ["rl.lr: 0.0001 -> 0.01"]
+    # a second baseline (e.g. a compute-matched one): every other arm paired with it too,
+    # from the same bootstrap replicates, and rendered as its own columns
+    assert rec["also_vs"] == ["fast"] and set(rec["vs_fast"]) == {"slow", "mid"}
+    assert rec["vs_fast"]["slow"]["diff_mean"] == pytest.approx(
+        -rec["vs_slow"]["fast"]["diff_mean"])
+    assert rec["vs_fast"]["slow"]["ci95"] == pytest.approx(
+        [-x for x in reversed(rec["vs_slow"]["fast"]["ci95"])])
+    from turngym.trainers.results import render_compare
+    table = [ln for ln in render_compare(rec, "t") if ln.startswith("|")]
+    assert "| vs fast [95% CI] | vs fast, seed-level t 95% CI |" in table[0]
+    assert len({ln.count("|") for ln in table}) == 1  # every row has every column
+    assert "vs fast:" in capsys.readouterr().out
     ws = (out / "seed_0" / "shared" / "warmstart" / "model.safetensors").read_bytes()
     for arm, lr in (("slow", 1e-6), ("fast", 1e-2)):
         run = out / "seed_0" / arm

@@ -234,11 +234,13 @@ def compare_credits(cfg: DictConfig, credits: Sequence[str], seeds: Sequence[int
 def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
                      seeds: Sequence[int] = (0,), progress: bool = True,
                      baseline: str | None = None, command: str = "",
-                     warm_starts: str | Path | None = None) -> dict:
+                     warm_starts: str | Path | None = None,
+                     also_vs: Sequence[str] = ()) -> dict:
     """One RL run per (seed, arm), every arm of a seed from that seed's warm start and
     evaluated on the same tasks.  An arm is a named config: an estimator
     (:func:`credit_variant`) or any other override of how RL trains (``rl.lr``, ...).
-    ``baseline`` (default: the first arm) is what the others are paired against.
+    ``baseline`` (default: the first arm) is what the others are paired against;
+    ``also_vs``: further arms each paired against too (e.g. a compute-matched baseline).
     ``warm_starts``: a directory of earlier runs (``seed_<s>/``, as ``turngym results
     quickstart --runs`` writes them) whose warm starts are adopted instead of rebuilt."""
     from ..config import ConfigError
@@ -247,8 +249,11 @@ def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
     check_variants(cfg, variants)
     names = list(variants)
     baseline = names[0] if baseline is None else baseline
-    if baseline not in variants:
-        raise ConfigError(f"--baseline {baseline!r} is not one of the arms: {', '.join(names)}")
+    for arm, flag in ((baseline, "--baseline"), *((a, "--also-vs") for a in also_vs)):
+        if arm not in variants:
+            raise ConfigError(f"{flag} {arm!r} is not one of the arms: {', '.join(names)}")
+    if baseline in also_vs:
+        raise ConfigError(f"--also-vs {baseline!r} is the baseline already")
     root = Path(cfg.output_dir)
     # every arm already started here must have this budget and evaluation -- checked
     # before any work, and for unfinished arms too: a resumed arm keeps the warm-start
@@ -274,7 +279,7 @@ def compare_variants(cfg: DictConfig, variants: Mapping[str, DictConfig],
                       warm_start_eval=ws_eval)
             summary = json.loads((out / "summary.json").read_text())
             runs.setdefault(name, {})[int(seed)] = summary
-    results = summarize_comparison(runs, names, list(cfg.env.eval_splits), baseline)
+    results = summarize_comparison(runs, names, list(cfg.env.eval_splits), baseline, also_vs)
     results["command"] = command
     results["config"] = to_dict(cfg)
     results["arms"] = {n: config_changes_from(cfg, v) for n, v in variants.items()}
@@ -306,10 +311,12 @@ def _row_counts(idx: np.ndarray, n: int) -> np.ndarray:
 
 
 def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None,
-                     n_boot: int = 10000, seed: int = 0) -> dict:
+                     n_boot: int = 10000, seed: int = 0, also_vs: Sequence[str] = ()) -> dict:
     """``per_seed[name][k]``: per-task successes of estimator ``name`` on seed k, task j the
     same task on every seed and for every estimator (the evaluation's fixed task set).
-    Returns means, 95% CIs and paired differences.
+    Returns means, 95% CIs and paired differences to ``baseline`` (``vs_baseline``) and to
+    each arm of ``also_vs`` (``vs[name]``, e.g. a compute-matched baseline), all from the
+    same replicates.
 
     Seeds and tasks are crossed, so each replicate draws seeds and tasks independently and
     uses ONE task resample for all its seeds: a task that favours one estimator favours it
@@ -335,29 +342,35 @@ def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None
         out["estimators"][name] = {
             "final": [float(x) for x in per_seed_means], "mean": float(per_seed_means.mean()),
             "ci95": [float(np.percentile(boot[e], 2.5)), float(np.percentile(boot[e], 97.5))]}
-    if baseline in names:
-        b = names.index(baseline)
+    def paired(b: int) -> dict:
+        pairs = {}
         for e, name in enumerate(names):
             if e == b:
                 continue
             diff = boot[e] - boot[b]
-            out["vs_baseline"][name] = {
+            pairs[name] = {
                 "diff_mean": float(data[e].mean() - data[b].mean()),
                 "ci95": [float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))],
                 "ci95_t": seed_t_interval(data[e].mean(axis=1) - data[b].mean(axis=1)),
                 "p_leq_0": float((diff <= 0).mean())}
+        return pairs
+
+    if baseline in names:
+        out["vs_baseline"] = paired(names.index(baseline))
+    out["vs"] = {other: paired(names.index(other)) for other in also_vs}
     return out
 
 
 def summarize_comparison(runs: dict, credits: list[str], splits: list[str],
-                         baseline: str) -> dict:
+                         baseline: str, also_vs: Sequence[str] = ()) -> dict:
     """compare.json: per split, the bootstrap statistics of final success."""
     seeds = sorted(next(iter(runs.values())))
-    res: dict = {"credits": credits, "seeds": seeds, "baseline": baseline, "splits": {}}
+    res: dict = {"credits": credits, "seeds": seeds, "baseline": baseline,
+                 "also_vs": list(also_vs), "splits": {}}
     for split in splits:
         per_seed = {n: [np.asarray(runs[n][s]["final_eval"][split]["per_task_success"])
                         for s in seeds] for n in credits}
-        stats = paired_bootstrap(per_seed, baseline)
+        stats = paired_bootstrap(per_seed, baseline, also_vs=also_vs)
         # episodes behind each seed's tasks (tasks x eval.samples_per_task)
         first = runs[credits[0]][seeds[0]]["final_eval"][split]
         stats["episodes_per_seed"] = int(first.get("episodes", len(first["per_task_success"])))
@@ -448,4 +461,10 @@ def format_comparison(results: dict) -> str:
                   f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]{t_interval_note(d)}") if d else ""
             lines.append(f"  {name:<16s} {e['mean']:.3f} [{lo:.3f}, {hi:.3f}]  "
                          f"warm start {np.mean(e['warmstart']):.3f}{vs}")
+            for other, pairs in st.get("vs", {}).items():
+                if name in pairs:
+                    d = pairs[name]
+                    lines.append(f"  {'':<16s} vs {other}: {d['diff_mean']:+.3f} "
+                                 f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+                                 f"{t_interval_note(d)}")
     return "\n".join(lines)

@@ -306,6 +306,8 @@ def compare_record(results: dict, split: str, command: str) -> dict:
                                "ci95": e["ci95"], "warmstart": e["warmstart"]}
                            for n, e in st["estimators"].items()},
             f"vs_{results['baseline']}": st["vs_baseline"],
+            **{f"vs_{other}": pairs for other, pairs in st.get("vs", {}).items()},
+            "also_vs": list(st.get("vs", {})),
             "arms": results.get("arms", {}), "all_splits": results["splits"]}
 
 
@@ -390,34 +392,37 @@ def _crossed(rec: dict) -> bool:
     return rec.get("resample", OLD_RESAMPLE) != OLD_RESAMPLE
 
 
-def _t_vs_baseline(rec: dict, name: str) -> list[float] | None:
-    """Student-t interval of ``name``'s per-seed paired differences to the baseline."""
-    base = rec["estimators"][rec["baseline"]]["final"]
+def _t_vs_baseline(rec: dict, name: str, baseline: str | None = None) -> list[float] | None:
+    """Student-t interval of ``name``'s per-seed paired differences to the baseline (or to
+    the arm ``baseline``)."""
+    base = rec["estimators"][baseline or rec["baseline"]]["final"]
     return seed_t_interval(np.subtract(rec["estimators"][name]["final"], base))
 
 
 def render_compare(rec: dict, title: str) -> list[str]:
-    base = rec["baseline"]
-    vs = rec[f"vs_{base}"]
+    bases = [rec["baseline"], *rec.get("also_vs", [])]
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
              f"Final success on `{rec['split']}`, "
              f"{_eval_size(rec['episodes_per_eval'], rec.get('tasks_per_eval'))} per "
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
              f"bootstrap over {rec.get('resample', OLD_RESAMPLE)}, paired across estimators. "
-             "The last column is the Student-t interval of the per-seed paired differences "
-             "(df = seeds - 1): with few seeds the bootstrap understates the seed-to-seed "
+             "The seed-level t columns are Student-t intervals of the per-seed paired "
+             "differences (df = seeds - 1): with few seeds the bootstrap understates the seed-to-seed "
              "spread, so read a difference as shown only if this interval excludes 0 too."
              + ("" if _crossed(rec) else " " + NARROW_NOTE),
-             "", f"| estimator | warm start | final (per seed) | mean [95% CI] | vs {base} "
-             f"[95% CI] | vs {base}, seed-level t 95% CI |", "|---|---|---|---|---|---|"]
+             "", "| estimator | warm start | final (per seed) | mean [95% CI] |"
+             + "".join(f" vs {b} [95% CI] | vs {b}, seed-level t 95% CI |" for b in bases),
+             "|---|---|---|---|" + "---|---|" * len(bases)]
     for name, e in rec["estimators"].items():
-        d = vs.get(name)
-        diff = f"{d['diff_mean']:+.3f} {_ci(d['ci95'])}" if d else "--"
-        t = _t_vs_baseline(rec, name) if d else None
+        cells = []
+        for b in bases:
+            d = rec[f"vs_{b}"].get(name)
+            t = _t_vs_baseline(rec, name, b) if d else None
+            cells += [f"{d['diff_mean']:+.3f} {_ci(d['ci95'])}" if d else "--",
+                      _ci(t) if t else "--"]
         lines.append(f"| {name} | {np.mean(e['warmstart']):.3f} | "
                      f"{', '.join(f'{x:.3f}' for x in e['final'])} | "
-                     f"**{e['mean']:.3f}** {_ci(e['ci95'])} | {diff} | "
-                     f"{_ci(t) if t else '--'} |")
+                     f"**{e['mean']:.3f}** {_ci(e['ci95'])} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -426,7 +431,8 @@ def render_variants(rec: dict, title: str) -> list[str]:
     base = rec["baseline"]
     for dname, d in rec.get("decodings", {}).items():
         what = " ".join(f"`{k}={v}`" for k, v in d["sampling"].items())
-        sub = dict(rec, estimators=d["estimators"], **{f"vs_{base}": d[f"vs_{base}"]})
+        sub = dict(rec, estimators=d["estimators"], also_vs=[],
+                   **{f"vs_{base}": d[f"vs_{base}"]})
         full = render_compare(sub, title)
         table = full[next(i for i, line in enumerate(full) if line.startswith("| estimator")):]
         lines += [(f"Re-evaluated with `eval.sampling` {what} (`{dname}`): the same "

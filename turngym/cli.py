@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                                                "warm start per seed)")
     c.add_argument("--baseline", default=None, help="arm the others are compared to "
                                                     "(default: grpo, or the first variant)")
+    c.add_argument("--also-vs", default="", metavar="ARMS",
+                   help="comma-separated arms every other arm is paired against as well, from "
+                        "the same bootstrap, e.g. a compute-matched baseline")
     c.add_argument("--warm-starts", metavar="RUNS",
                    help="reuse the warm starts of earlier runs, RUNS/seed_<s>/warmstart (e.g. "
                         "`turngym results quickstart --runs RUNS`); refused unless each was "
@@ -282,7 +285,8 @@ def _compare(args) -> int:
         baseline = args.baseline
     res = compare_variants(cfg, arms, seeds, progress=not args.no_progress,
                            baseline=baseline, command=args.command_line,
-                           warm_starts=args.warm_starts)
+                           warm_starts=args.warm_starts,
+                           also_vs=[a for a in args.also_vs.split(",") if a.strip()])
     print(format_comparison(res))
     if args.results:
         from pathlib import Path
