@@ -271,13 +271,20 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
             "role_judge": {s: run(np.roll(b, 1)) for s, b in base.items()}}
     res = tmp_path / "results"
     res.mkdir()
-    for name, keep in (("compare_textworld_cons.json", ["grpo", "step_groups", "lr3e-4"]),
-                       ("compare_search_pool.json", ["grpo", "role_judge"])):
-        results = summarize_comparison({k: arms[k] for k in keep}, keep, ["valid_unseen"], "grpo")
+    for name, keep, also in (
+            ("compare_textworld_cons.json", ["grpo", "step_groups", "lr3e-4"], ["lr3e-4"]),
+            ("compare_search_pool.json", ["grpo", "role_judge"], [])):
+        results = summarize_comparison({k: arms[k] for k in keep}, keep, ["valid_unseen"], "grpo",
+                                       also)
         (res / name).write_text(json.dumps(compare_record(results, "valid_unseen", "cmd")))
     rows = contrasts(res)
-    assert [(c.env, c.estimator, c.verdict) for c in rows] == [
-        ("text world", "step_groups", "above 0"), ("search QA", "role_judge", "includes 0")]
+    # a further baseline (--also-vs) gives each estimator a second, labelled row; the
+    # record's baseline is not itself contrasted with it
+    assert [(c.env, c.label, c.verdict) for c in rows] == [
+        ("text world", "step_groups", "above 0"), ("text world", "step_groups vs lr3e-4",
+                                                   "below 0"),
+        ("search QA", "role_judge", "includes 0")]
+    rows = [rows[0], rows[2]]
     rec = json.loads((res / "compare_textworld_cons.json").read_text())
     assert rows[0].diff == rec["vs_grpo"]["step_groups"]["diff_mean"]
     assert list(rows[0].ci95) == rec["vs_grpo"]["step_groups"]["ci95"]
@@ -287,9 +294,9 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
     assert cli(["results", "render", "--dir", str(res), "--out", str(out),
                 "--readme", str(readme)]) == 0
     md = out.read_text().split("## Every credit comparison at a glance")[1].split("\n## ")[0]
-    assert "**text world**: 1 of 1 contrasts above 0: step_groups (compare_textworld_cons.json)" in md
+    assert "**text world**: 1 of 2 contrasts above 0: step_groups (compare_textworld_cons.json)" in md
     assert "**search QA**: 0 of 1 contrasts above 0." in md
-    assert "lr3e-4" not in md
+    assert "| lr3e-4 |" not in md and "| step_groups vs lr3e-4 | 3 | -0.150 [" in md
     d = rec["vs_grpo"]["step_groups"]
     assert f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" in md
     assert (res / "credit_contrasts.png").stat().st_size > 0
@@ -299,10 +306,11 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
     assert text.startswith("intro\n<!-- results:contrasts -->\n") and text.endswith(
         "<!-- /results -->\nrest\n") and "old" not in text
     t = rows[0].t95
-    assert ("text world: 1 of 1 contrasts above 0; step_groups "
+    assert ("text world: 1 of 2 contrasts above 0; step_groups "
             f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}], "
             f"t [{t[0]:+.3f}, {t[1]:+.3f}] (3 seeds, `compare_textworld_cons.json`)") in text
     assert "search QA: 0 of 1 contrasts above 0; the highest lower bound role_judge" in text
+    assert "; below 0: step_groups vs lr3e-4 -0.150 [" in text
     # a record written before the crossed bootstrap: marked, its section says why
     old = json.loads((res / "compare_search_pool.json").read_text())
     del old["resample"]

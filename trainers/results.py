@@ -407,8 +407,9 @@ def render_compare(rec: dict, title: str) -> list[str]:
              f"seed, seeds {next(iter(rec['estimators'].values()))['seeds']}; 95% CIs from a "
              f"bootstrap over {rec.get('resample', OLD_RESAMPLE)}, paired across estimators. "
              "The seed-level t columns are Student-t intervals of the per-seed paired "
-             "differences (df = seeds - 1): with few seeds the bootstrap understates the seed-to-seed "
-             "spread, so read a difference as shown only if this interval excludes 0 too."
+             "differences (df = seeds - 1): with few seeds the bootstrap understates the "
+             "seed-to-seed spread, so read a difference as shown only if this interval "
+             "excludes 0 too."
              + ("" if _crossed(rec) else " " + NARROW_NOTE),
              "", "| estimator | warm start | final (per seed) | mean [95% CI] |"
              + "".join(f" vs {b} [95% CI] | vs {b}, seed-level t 95% CI |" for b in bases),
@@ -610,6 +611,11 @@ class Contrast:
     ci95: tuple[float, float]  # paired bootstrap (the record's resample)
     t95: tuple[float, float] | None  # Student-t over per-seed paired differences
     crossed: bool = True  # False: an old record whose bootstrap is too narrow (NARROW_NOTE)
+    baseline: str = "grpo"  # or a further baseline of the record (``compare --also-vs``)
+
+    @property
+    def label(self) -> str:
+        return self.estimator if self.baseline == "grpo" else f"{self.estimator} vs {self.baseline}"
 
     @property
     def intervals(self) -> list[tuple[float, float]]:
@@ -625,8 +631,10 @@ class Contrast:
 
 def contrasts(results_dir: Path) -> list[Contrast]:
     """Every non-baseline estimator of every compare record present, in RESULT_FILES
-    order (environment by environment, oldest first).  Arms that are not registered
-    estimators (recipe variants compared through ``turngym compare``) are left out."""
+    order (environment by environment, oldest first), against the record's baseline and
+    then against each further baseline it names (``also_vs``, e.g. an episode-matched
+    grpo).  Arms that are not registered estimators (recipe variants compared through
+    ``turngym compare``) are left out as the compared arm."""
     from ..credit.registry import list_estimators
 
     estimators = set(list_estimators())
@@ -638,13 +646,16 @@ def contrasts(results_dir: Path) -> list[Contrast]:
         rec = json.loads(path.read_text())
         key = Path(name).stem.split("_")[1]
         env = ENV_NAMES.get(key, key)
-        for est, d in rec[f"vs_{rec['baseline']}"].items():
-            if est not in estimators:  # a recipe arm (e.g. another lr), not a credit method
-                continue
-            t = _t_vs_baseline(rec, est)
-            rows.append(Contrast(name, env, est, tuple(rec["estimators"][est]["seeds"]),
-                                 d["diff_mean"], tuple(d["ci95"]), tuple(t) if t else None,
-                                 _crossed(rec)))
+        for base in (rec["baseline"], *rec.get("also_vs", [])):
+            for est, d in rec[f"vs_{base}"].items():
+                # a recipe arm (e.g. another lr) is not a credit method, nor is the
+                # record's own baseline against a further one
+                if est not in estimators or est == rec["baseline"]:
+                    continue
+                t = _t_vs_baseline(rec, est, base)
+                rows.append(Contrast(name, env, est, tuple(rec["estimators"][est]["seeds"]),
+                                     d["diff_mean"], tuple(d["ci95"]),
+                                     tuple(t) if t else None, _crossed(rec), base))
     order = list(ENV_NAMES.values())
     return sorted(rows, key=lambda c: order.index(c.env) if c.env in order else len(order))
 
@@ -668,9 +679,9 @@ def plot_contrasts(rows: Sequence[Contrast], png: Path) -> Path:
     ax.axvline(0.0, color="grey", ls="--", lw=1)
     ax.legend(handles=[plt.Line2D([], [], color=f"C{i}", lw=4, label=e) for i, e in enumerate(envs)],
               fontsize=8, loc="lower right")
-    ax.set_yticks(y, [f"{c.estimator}, {Path(c.record).stem} ({len(c.seeds)} seeds)"
+    ax.set_yticks(y, [f"{c.label}, {Path(c.record).stem} ({len(c.seeds)} seeds)"
                       for c in rows], fontsize=7)
-    ax.set_xlabel("final success, estimator - grpo (paired)")
+    ax.set_xlabel("final success, estimator - grpo (or the named baseline), paired")
     ax.set_title("every credit comparison: bootstrap 95% CI (thick), seed-level t (thin)",
                  fontsize=9)
     fig.tight_layout()
@@ -692,7 +703,7 @@ def contrasts_summary(rows: Sequence[Contrast]) -> str:
     lower bound, and any below 0."""
     def fmt(c: Contrast) -> str:
         t = f", t [{c.t95[0]:+.3f}, {c.t95[1]:+.3f}]" if c.t95 else ""
-        return (f"{c.estimator} {c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}]{t} "
+        return (f"{c.label} {c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}]{t} "
                 f"({len(c.seeds)} seeds, `{c.record}`)")
     parts = []
     for env, env_rows in _by_env(rows).items():
@@ -722,19 +733,21 @@ def render_contrasts(rows: Sequence[Contrast], png: Path) -> list[str]:
     lines = ["## Every credit comparison at a glance", "",
              "Each row is one estimator against grpo in one comparison below (same warm "
              "start, RL steps, tasks and groups, and evaluation tasks per seed; branch_contrast "
-             "samples its branches on top). A win needs the bootstrap 95% CI "
-             "of the paired difference and the seed-level t interval both above 0. Records "
+             "samples its branches on top), or against the baseline named in the row (e.g. a "
+             "grpo with a larger group, matched in sampled episodes). A win needs the "
+             "bootstrap 95% CI of the paired difference and the seed-level t interval both "
+             "above 0. Records "
              "marked * predate the crossed bootstrap: their bootstrap intervals are too "
              "narrow (see the record's section), so only their t interval is to be read.", ""]
     for env, env_rows in _by_env(rows).items():
         wins = [c for c in env_rows if c.verdict == "above 0"]
         lines.append(f"* **{env}**: {len(wins)} of {len(env_rows)} contrasts above 0"
-                     + (": " + ", ".join(f"{c.estimator} ({c.record})" for c in wins)
+                     + (": " + ", ".join(f"{c.label} ({c.record})" for c in wins)
                         if wins else "") + ".")
-    lines += ["", "| env | record | estimator | seeds | vs grpo [bootstrap 95% CI] | "
+    lines += ["", "| env | record | estimator | seeds | paired difference [bootstrap 95% CI] | "
               "seed-level t 95% CI | CI |", "|---|---|---|---|---|---|---|"]
     for c in rows:
-        lines.append(f"| {c.env} | `{c.record}`{'' if c.crossed else ' *'} | {c.estimator} | "
+        lines.append(f"| {c.env} | `{c.record}`{'' if c.crossed else ' *'} | {c.label} | "
                      f"{len(c.seeds)} | "
                      f"{c.diff:+.3f} [{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}] | "
                      + (f"[{c.t95[0]:+.3f}, {c.t95[1]:+.3f}]" if c.t95 else "--")
