@@ -297,6 +297,15 @@ def test_render_lists_every_credit_contrast_and_which_lie_above_zero(tmp_path):
     assert "**text world**: 1 of 2 contrasts above 0: step_groups (compare_textworld_cons.json)" in md
     assert "**search QA**: 0 of 1 contrasts above 0." in md
     assert "| lr3e-4 |" not in md and "| step_groups vs lr3e-4 | 3 | -0.150 [" in md
+    # each record's section says where a difference comes from, task by task
+    section = out.read_text().split("## Text world under constrained decoding, the")[1]
+    section = section.split("\n## ")[0]
+    assert ("* step_groups vs grpo, per task (mean over seeds): higher on 40 of 40 tasks, "
+            "lower on 0; largest gains +0.35, +0.35, +0.35") in section
+    assert "* step_groups vs lr3e-4, per task (mean over seeds): higher on 0 of 40 tasks, " \
+           "lower on 40" in section
+    assert "* lr3e-4 vs grpo, per task (mean over seeds): higher on 40 of 40" in section
+    assert section.count(", per task (mean over seeds)") == 4  # every pair in the table
     d = rec["vs_grpo"]["step_groups"]
     assert f"{d['diff_mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" in md
     assert (res / "credit_contrasts.png").stat().st_size > 0

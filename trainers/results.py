@@ -399,6 +399,22 @@ def _t_vs_baseline(rec: dict, name: str, baseline: str | None = None) -> list[fl
     return seed_t_interval(np.subtract(rec["estimators"][name]["final"], base))
 
 
+def task_breakdown(rec: dict, name: str, baseline: str) -> str:
+    """Where a paired difference comes from, task by task (each task's difference averaged
+    over seeds): how many tasks are higher, lower, equal, and the largest gains and losses.
+    '' for a record without per-task data."""
+    ests = rec.get("all_splits", {}).get(rec["split"], {}).get("estimators", {})
+    if name not in ests or baseline not in ests or "per_task_success" not in ests[name]:
+        return ""
+    diff = np.subtract(ests[name]["per_task_success"],
+                       ests[baseline]["per_task_success"]).mean(axis=0)  # [tasks]
+    order = np.sort(diff)
+    return (f"{name} vs {baseline}, per task (mean over seeds): higher on "
+            f"{int((diff > 0).sum())} of {len(diff)} tasks, lower on {int((diff < 0).sum())}"
+            f"; largest gains {', '.join(f'{x:+.2f}' for x in order[::-1][:3])}, largest "
+            f"losses {', '.join(f'{x:+.2f}' for x in order[:3])}.")
+
+
 def render_compare(rec: dict, title: str) -> list[str]:
     bases = [rec["baseline"], *rec.get("also_vs", [])]
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
@@ -424,7 +440,12 @@ def render_compare(rec: dict, title: str) -> list[str]:
         lines.append(f"| {name} | {np.mean(e['warmstart']):.3f} | "
                      f"{', '.join(f'{x:.3f}' for x in e['final'])} | "
                      f"**{e['mean']:.3f}** {_ci(e['ci95'])} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    lines.append("")
+    for b in bases:  # where each difference in the table comes from, task by task
+        for name in rec["estimators"]:
+            text = "" if name == b else task_breakdown(rec, name, b)
+            lines += [f"* {text}"] if text else []
+    return lines + ([""] if lines[-1] else [])
 
 
 def render_variants(rec: dict, title: str) -> list[str]:
