@@ -32,7 +32,10 @@ def discounted_returns(rewards: np.ndarray, offsets: np.ndarray, gamma: float) -
 
 
 def normalize(x: np.ndarray, std: bool = True, eps: float = 1e-6, ddof: int = 0) -> np.ndarray:
-    """(x - mean) / std over all entries; exactly zero when there is no spread."""
+    """(x - mean) / std over all entries; exactly zero when there is no spread; all NaN
+    when an entry is not finite (so the caller's finite check refuses it, never a silent 0)."""
+    if not np.isfinite(x).all():
+        return np.full(x.shape, np.nan)
     if x.size <= 1 or np.all(x == x[0]):
         return np.zeros_like(x)
     c = x - x.mean()
@@ -46,10 +49,16 @@ def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, ep
                       ddof: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Normalises ``values`` within groups of equal ``keys`` (bincount, no pairwise loops):
     ``(v - mean) / (std + eps)`` with the ``ddof`` std (1: sample std, as GRPO's episode
-    part).  Groups with no spread (singletons included) get exactly 0.
+    part).  Groups with no spread (singletons included) get exactly 0; a group holding a
+    non-finite value is all NaN (refused downstream, never a silent 0).
 
     Returns (normalised values, size of each entry's group).
     """
+    with np.errstate(invalid="ignore"):  # inf - inf in a broken group: NaN, refused below
+        return _segment_normalize(values, keys, std, eps, ddof)
+
+
+def _segment_normalize(values, keys, std, eps, ddof):
     _, inv = np.unique(keys, return_inverse=True)
     counts = np.bincount(inv).astype(np.float64)
     mean = np.bincount(inv, weights=values) / counts
@@ -65,4 +74,5 @@ def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, ep
         sd = np.sqrt(var)[inv]
         out = np.where(sd > 0, out / (sd + eps), 0.0)
     size = counts[inv]
-    return np.where(flat | (size <= 1), 0.0, out), size
+    broken = (np.bincount(inv, weights=~np.isfinite(values)) > 0)[inv]
+    return np.where(broken, np.nan, np.where(flat | (size <= 1), 0.0, out)), size

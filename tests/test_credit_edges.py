@@ -146,3 +146,26 @@ def test_non_finite_advantages_are_refused_with_the_estimators_name():
     finally:  # later tests iterate the registry
         unregister_estimator("broken_for_test")
     assert "broken_for_test" not in list_estimators()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_outcome_is_refused_by_every_estimator_never_zeroed(bad):
+    """A NaN or infinite reward must stop the update loudly: info_gain used to turn it
+    into exactly-zero advantages for the whole group (a "no signal" group, silently)."""
+    g = TrajectoryGroup((_traj(bad), _traj(0.0), _traj(1.0)), "t")
+    table = [[[-1.0, -2.0, -3.0, -1.0], [-1.0, -0.5, -0.5, -1.0]]] * 3
+    ctx = CreditContext(judge=OracleJudge(), scorer=Scores(table),
+                        reference_scorer=Scores(table))
+    for name in ("grpo", "step_groups", "role_judge", "td_log_ratio", "info_gain"):
+        with pytest.raises(FloatingPointError, match=name):
+            assign_credit(name, [g], {}, ctx)
+    vals, _ = segment_normalize(np.array([bad, 0.0, 1.0, 2.0, 3.0]), np.array([0, 0, 0, 1, 1]))
+    assert np.isnan(vals[:3]).all() and np.isfinite(vals[3:]).all()
+
+
+def test_token_advantages_must_have_one_entry_per_trajectory():
+    g = TrajectoryGroup((_traj(1.0), _traj(0.0)), "t")
+    rows = tuple((0.0, 0.0) for _ in g)
+    with pytest.raises(ValueError, match="one token-advantage entry"):
+        CreditAssignment(rows, token_advantages=(None,)).validate(g)
+    CreditAssignment(rows, token_advantages=(None, None)).validate(g)

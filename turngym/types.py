@@ -260,6 +260,9 @@ class CreditAssignment:
                     f"trajectory with {traj.num_turns} turns got {len(adv)} advantages"
                 )
         if self.token_advantages is not None:
+            if len(self.token_advantages) != len(group):
+                raise ValueError("one token-advantage entry (or None) per trajectory expected, "
+                                 f"got {len(self.token_advantages)} for {len(group)}")
             for toks, traj in zip(self.token_advantages, group):
                 if toks is not None and [len(x) for x in toks] != [len(t.response_ids)
                                                                     for t in traj.turns]:
