@@ -53,3 +53,13 @@ def test_a_task_effect_shared_by_every_seed_is_not_averaged_away():
     lo, hi = st["estimators"]["base"]["ci95"]
     assert (hi - lo) / 2 == pytest.approx(1.96 * base_p.std() / np.sqrt(T), rel=0.15)
     assert st["resample"].startswith("seeds and tasks crossed")
+
+
+def test_unpaired_data_is_refused_not_truncated():
+    """Arms must share seeds and tasks: a shorter task list (another evaluation) or a
+    missing seed is an error, never silently cut to the shortest."""
+    a = [np.ones(10), np.ones(10)]
+    with pytest.raises(ValueError, match="same seeds and tasks"):
+        paired_bootstrap({"base": a, "arm": [np.ones(10), np.ones(8)]}, "base", n_boot=10)
+    with pytest.raises(ValueError, match="same seeds and tasks"):
+        paired_bootstrap({"base": a, "arm": [np.ones(10)]}, "base", n_boot=10)

@@ -324,7 +324,11 @@ def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None
     effect away (intervals too narrow by up to sqrt(seeds) in its part of the variance)."""
     names = list(per_seed)
     S = len(per_seed[names[0]])
-    T = min(len(x) for v in per_seed.values() for x in v)
+    shapes = {n: [len(x) for x in v] for n, v in per_seed.items()}
+    T = shapes[names[0]][0] if S else 0
+    if any(lens != [T] * S for lens in shapes.values()):  # unpaired data: never truncate
+        raise ValueError(f"paired data needs every arm on the same seeds and tasks; tasks "
+                         f"per seed: {shapes}")
     data = np.stack([np.stack([np.asarray(x[:T], dtype=np.float64) for x in per_seed[n]])
                      for n in names])  # [E, S, T]
     rng = np.random.default_rng(seed)
