@@ -329,7 +329,7 @@ def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None
     if any(lens != [T] * S for lens in shapes.values()):  # unpaired data: never truncate
         raise ValueError(f"paired data needs every arm on the same seeds and tasks; tasks "
                          f"per seed: {shapes}")
-    data = np.stack([np.stack([np.asarray(x[:T], dtype=np.float64) for x in per_seed[n]])
+    data = np.stack([np.stack([np.asarray(x, dtype=np.float64) for x in per_seed[n]])
                      for n in names])  # [E, S, T]
     rng = np.random.default_rng(seed)
     s_idx = rng.integers(0, S, size=(n_boot, S))
@@ -346,6 +346,7 @@ def paired_bootstrap(per_seed: dict[str, list[np.ndarray]], baseline: str | None
         out["estimators"][name] = {
             "final": [float(x) for x in per_seed_means], "mean": float(per_seed_means.mean()),
             "ci95": [float(np.percentile(boot[e], 2.5)), float(np.percentile(boot[e], 97.5))]}
+
     def paired(b: int) -> dict:
         pairs = {}
         for e, name in enumerate(names):

@@ -401,7 +401,7 @@ def _t_vs_baseline(rec: dict, name: str, baseline: str | None = None) -> list[fl
 
 def task_breakdown(rec: dict, name: str, baseline: str) -> str:
     """Where a paired difference comes from, task by task (each task's difference averaged
-    over seeds): how many tasks are higher, lower, equal, and the largest gains and losses.
+    over seeds): how many tasks are higher and lower, and the largest gains and losses.
     '' for a record without per-task data."""
     ests = rec.get("all_splits", {}).get(rec["split"], {}).get("estimators", {})
     if name not in ests or baseline not in ests or "per_task_success" not in ests[name]:
