@@ -32,9 +32,13 @@ class ChatPrompter:
         pre, post = delta.split(_O)
         eos = tokenizer.eos_token or ""
         at = closing.find(eos) if eos else -1
-        # a response that stopped already ends with eos: only what follows it is missing
-        self._after_stop = closing[at + len(eos):] if at >= 0 and not closing[:at].strip() else closing
-        self._after_cut = closing
+        # a response that stopped on eos already ends with it: only what follows is missing
+        # (one that stopped on another stop id, e.g. <|endoftext|> or <|eom_id|>, or was
+        # cut off, gets the whole closing)
+        closes = at >= 0 and not closing[:at].strip()
+        self._eos_id = tokenizer.eos_token_id if closes else None
+        self._after_eos = closing[at + len(eos):] if closes else closing
+        self._closing = closing
         self._pre, self._post = pre, post
 
     def _messages(self, observation: str) -> list[dict]:
@@ -54,10 +58,12 @@ class ChatPrompter:
         """System prompt + first observation + generation prompt."""
         return self._encode(self._render(self._messages(observation), gen=True))
 
-    def observation_ids(self, observation: str, response_stopped: bool = True) -> list[int]:
-        """Tokens appended after a response: closes the assistant turn if the response
-        was cut off, then the observation as a user message and the generation prompt."""
-        closing = self._after_stop if response_stopped else self._after_cut
+    def observation_ids(self, observation: str, response: Sequence[int]) -> list[int]:
+        """Tokens appended after ``response`` (the assistant's tokens): the rest of the
+        assistant turn's closing, then the observation as a user message and the
+        generation prompt."""
+        ended = self._eos_id is not None and len(response) and response[-1] == self._eos_id
+        closing = self._after_eos if ended else self._closing
         return self._encode(closing + self._pre + observation + self._post)
 
     def render_ids(self, ids: Sequence[int]) -> str:

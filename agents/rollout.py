@@ -304,6 +304,6 @@ def _advance(e: Episode, s: Sample, parsed: ParsedAction, cfg: RolloutConfig, tu
     if cfg.max_invalid_streak and e.invalid_streak >= cfg.max_invalid_streak:
         e.done, e.stop = True, StopReason.INVALID
         return
-    e.transcript.add(s.token_ids, s.stopped, plain, shown, prefix)
+    e.transcript.add(s.token_ids, plain, shown, prefix)
     if len(e.transcript.prompt()) + cfg.max_new_tokens > cfg.max_context_tokens:
         e.done, e.stop = True, StopReason.CONTEXT

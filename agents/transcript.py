@@ -103,21 +103,20 @@ class Transcript:
         return (tuple(self.head_plain),) + tuple(tuple(x) for x in self.exchanges)
 
     # ------------------------------------------------------------------ updates
-    def add(self, response: Sequence[int], stopped: bool, plain: str, shown: str | None = None,
+    def add(self, response: Sequence[int], plain: str, shown: str | None = None,
             prefix: Sequence[int] = ()) -> None:
         """Records one turn: the response the policy sampled (``prefix``: the part of an
         interrupted response that was already in the prompt) and the observation it
         produced, rendered ``plain`` and ``shown``."""
+        full = list(prefix) + list(response)
         obs = self.prompter.observation_ids
-        shown_ids = list(obs(shown if shown is not None else plain, response_stopped=stopped))
+        shown_ids = list(obs(shown if shown is not None else plain, full))
         if self.mode is ContextMode.FULL:
             self._context.extend(response)  # the prefix is in the context already
             self._context.extend(shown_ids)
             self._pending = shown_ids
             return
         self._resume_prompt = None
-        plain_ids = shown_ids if shown in (None, plain) else list(
-            obs(plain, response_stopped=stopped))
-        full = list(prefix) + list(response)
+        plain_ids = shown_ids if shown in (None, plain) else list(obs(plain, full))
         self.exchanges.append(full + plain_ids)
         self._current = full + shown_ids

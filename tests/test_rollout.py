@@ -57,11 +57,16 @@ def test_context_is_exactly_the_trajectory_tokens(tiny_stack):
 
 def test_observation_delta_uses_template_and_no_retokenisation(tiny_stack):
     tok, _, prompter = tiny_stack
-    delta = prompter.observation_ids("You arrive at cabinet 1.", response_stopped=True)
+    go = tok("go north", add_special_tokens=False)["input_ids"]
+    delta = prompter.observation_ids("You arrive at cabinet 1.", go + [tok.eos_token_id])
     text = tok.decode(delta, skip_special_tokens=False)
     assert text.startswith("<|user|>") and text.endswith("<|assistant|>")
-    cut = prompter.observation_ids("x", response_stopped=False)
+    cut = prompter.observation_ids("x", go)
     assert tok.decode(cut[:1], skip_special_tokens=False) == tok.eos_token  # closes the turn
+    # stopped on a stop id that is not the template's closing token (generation configs
+    # add e.g. <|endoftext|> or <|eom_id|>): the turn is still closed
+    other = tok.convert_tokens_to_ids("<unk>")
+    assert prompter.observation_ids("x", go + [other])[:1] == [tok.eos_token_id]
 
 
 def test_malformed_output_becomes_observation_and_is_counted(tiny_stack):

@@ -65,8 +65,8 @@ def test_transcript_window_is_the_full_context_with_older_turns_cut(tiny_stack):
         resp = [5 + t, 6 + t, tok.eos_token_id]
         obs = f"observation number {t}"
         before = len(full.prompt())
-        full.add(resp, True, obs)
-        win.add(resp, True, obs)
+        full.add(resp, obs)
+        win.add(resp, obs)
         exchanges.append(full.prompt()[before:])
         assert win.prompt() == head + [x for ex in exchanges[-2:] for x in ex]
     assert len(win.history()) == 6 and win.history()[0] == tuple(head)
@@ -76,9 +76,9 @@ def test_shown_extras_only_on_the_current_observation(tiny_stack):
     tok, _, prompter = tiny_stack
     win = Transcript(prompter, W, 3, "your task", "your task | inventory")
     assert win.prompt() == prompter.initial_ids("your task | inventory")
-    win.add([5, tok.eos_token_id], True, "you arrive at cabinet 1 .",
+    win.add([5, tok.eos_token_id], "you arrive at cabinet 1 .",
             "you arrive at cabinet 1 . | go to drawer 1")
-    win.add([6, tok.eos_token_id], True, "you open the drawer 1 .",
+    win.add([6, tok.eos_token_id], "you open the drawer 1 .",
             "you open the drawer 1 . | take apple 1 from drawer 1")
     text = prompter.render_ids(win.prompt())
     assert "take apple 1 from drawer 1" in text  # the current observation as shown
@@ -102,7 +102,7 @@ def test_window_rollout_prompts_are_bounded_and_token_exact(tiny_stack):
                 # head + the plain exchanges of turns t-2 .. t-2, then turn t-1 as shown
                 older = [x for ex in tr.history[max(1, t - 1):t] for x in ex]
                 shown = list(tr.turns[t - 1].response_ids) + prompter.observation_ids(
-                    tr.turns[t - 1].observation, tr.turns[t - 1].response_ids[-1] == tok.eos_token_id)
+                    tr.turns[t - 1].observation, tr.turns[t - 1].response_ids)
                 assert list(turn.prompt_ids) == head + older + shown
             seqs = tr.sequences()
             assert len(seqs) == tr.num_turns  # one training sequence per turn

@@ -196,7 +196,7 @@ def demo_rows(demos: list[Demo], prompter: ChatPrompter, tokenizer, action_forma
                 mask += [0.0] * len(new) + [train] * len(resp)
             if k + 1 < len(d.steps):
                 plain = d.plain[k] if d.plain else o
-                tr.add(resp, True, plain, o)
+                tr.add(resp, plain, o)
         if mode is ContextMode.FULL and len(ids) <= max_tokens:
             rows.append(_row(ids, mask))
     return rows
