@@ -67,13 +67,13 @@ def parse_action(text: str, require_think: bool = False, max_action_chars: int =
     return ParsedAction(action, think)
 
 
-def parse_raw(text: str, require_think: bool = False, max_action_chars: int = 8192
-              ) -> ParsedAction:
-    """Pass-through for envs that parse the response themselves."""
+def parse_raw(text: str, require_think: bool = False) -> ParsedAction:
+    """Pass-through for envs that parse the response themselves: the whole response, so
+    the env's own length bound (and its message about it) applies, never a silent cut."""
     think, failed = _precheck(text, require_think)
     if failed is not None:
         return failed
-    return ParsedAction(text[:max_action_chars], think)
+    return ParsedAction(text, think)
 
 
 PARSERS: dict[str, Callable[..., ParsedAction]] = {"action_tag": parse_action, "raw": parse_raw}

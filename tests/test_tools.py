@@ -153,7 +153,9 @@ def test_calculator():
                       ("__import__('os')", "not allowed"), ("(1 + 2", "not an arithmetic"),
                       ("x + 1", "not allowed"), ("", "empty"), ("sqrt(-1)", "sqrt"),
                       ("10.0 ** 400", "too large"), ("1" * 600, "longer than"),
-                      ("[i for i in range(9)]", "not allowed"), ("True + 1", "not allowed")]:
+                      ("[i for i in range(9)]", "not allowed"), ("True + 1", "not allowed"),
+                      ("1e400", "not a finite"), ("1e400 - 1e400", "not a finite"),
+                      ("2e300", "too large"), ("9" * 400, "too large")]:
         with pytest.raises(CalculatorError, match=msg):
             evaluate(expr)
 
@@ -334,3 +336,18 @@ def test_train_and_test_splits_share_no_problem_and_cover_every_kind():
         counts = {k: kinds.count(k) for k in set(kinds)}
         assert counts == {"cancel_order": 10, "change_address": 10, "refund_order": 10,
                           "cancel_latest": 10}, (split, counts)
+
+
+def test_a_long_raw_response_reaches_the_env_whole_and_the_env_says_it_cut_it():
+    """The raw parser hands the env the whole response: the env's own bound applies and
+    the agent is told (the parser used to cut at 8,192 characters without a word)."""
+    from turngym.agents.parsing import get_parser
+    from turngym.envs.tools.shop_env import ToolShopEnv
+
+    env = ToolShopEnv(max_turns=6)
+    env.reset(seed=1)
+    text = "x" * (env.max_action_length + 100) + "<answer> done </answer>"
+    parsed = get_parser("raw")(text)
+    assert parsed.action == text
+    obs, _, _, _, info = env.step(parsed.action)
+    assert info["action_truncated"] and f"longer than {env.max_action_length}" in obs

@@ -44,6 +44,11 @@ def evaluate(expression: str) -> int | float:
     except SyntaxError as exc:
         raise CalculatorError(f"not an arithmetic expression ({exc.msg})") from None
     value = _eval(tree.body)
+    # constants and functions are not bounded node by node: 1e400 is inf, 1e400 - 1e400 nan
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CalculatorError("the result is not a finite number")
+    if abs(value) > MAX_ABS:
+        raise CalculatorError("result too large")
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     return value
