@@ -73,6 +73,7 @@ class ChatLimits:
 
 
 # ------------------------------------------------------------------ request fields
+GREEDY_BELOW = 1e-5  # a smaller temperature is greedy decoding (vLLM's _SAMPLING_EPS too)
 SUPPORTED = {"messages", "model", "n", "stop", "max_tokens", "max_completion_tokens",
              "temperature", "top_p", "seed", "stream", "stream_options", "user",
              "safety_identifier", "prompt_cache_key"}
@@ -124,6 +125,16 @@ def _number(body: dict, key: str, lo: float, hi: float) -> float | None:
     return float(v)
 
 
+def _unicode(text: str, where: str) -> str:
+    """``text`` if it is valid Unicode; JSON's escapes can carry a lone surrogate
+    ("\\ud800"), which no tokenizer accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad(where, f"'{where}' is not valid Unicode (a lone surrogate escape)") from None
+    return text
+
+
 def _text(content: Any, where: str, allow_null: bool = False) -> str | None:
     """A message's content as one string: a string, or text parts joined by newlines."""
     if content is None:
@@ -131,7 +142,7 @@ def _text(content: Any, where: str, allow_null: bool = False) -> str | None:
             return None
         raise bad(where, f"'{where}' must be a string or a list of text parts", "invalid_type")
     if isinstance(content, str):
-        return content
+        return _unicode(content, where)
     if not isinstance(content, list) or not content:
         raise bad(where, f"'{where}' must be a string or a non-empty list of text parts",
                   "invalid_type")
@@ -148,7 +159,7 @@ def _text(content: Any, where: str, allow_null: bool = False) -> str | None:
                       "unsupported_parameter")
         if not isinstance(part.get("text"), str):
             raise bad(f"{p}.text", f"'{p}.text' must be a string", "invalid_type")
-        texts.append(part["text"])
+        texts.append(_unicode(part["text"], f"{p}.text"))
     return "\n".join(texts)
 
 
@@ -356,6 +367,8 @@ class ChatModel:
         if mt is not None and mct is not None and mt != mct:
             raise bad("max_tokens", "'max_tokens' and 'max_completion_tokens' differ; give one")
         temperature = _number(body, "temperature", 0.0, 2.0)
+        if temperature is not None and temperature < GREEDY_BELOW:
+            temperature = 0.0  # the limit T -> 0; logits / 1e-45 would overflow to inf
         top_p = _number(body, "top_p", 0.0, 1.0)
         seed = _int(body, "seed", -(1 << 63), (1 << 64) - 1)
         stop = body.get("stop")
@@ -393,7 +406,7 @@ class ChatModel:
         room = (self.context - len(prompt)) if self.context else lim.max_tokens_cap
         asked = mct if mct is not None else mt
         if asked is None:
-            asked = min(lim.default_max_tokens, room)
+            asked = min(lim.default_max_tokens, lim.max_tokens_cap, room)
         if asked < 1 or asked > room:
             raise bad("messages", f"the prompt ({len(prompt)} tokens) plus {asked} completion "
                                   f"tokens exceeds the model's context of {self.context}",
@@ -410,6 +423,7 @@ class ChatModel:
             text = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         except TemplateError as exc:
             raise bad("messages", f"the model's chat template refused the messages: {exc}")
+        _unicode(text, "messages")  # anything else the messages carried (tool-call fields)
         ids = list(self.tok(text, add_special_tokens=False)["input_ids"])
         if not ids:
             raise bad("messages", "the messages render to an empty prompt")

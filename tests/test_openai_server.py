@@ -297,6 +297,34 @@ def test_bad_values_get_an_openai_style_400(served, body, param):
     assert err["type"] == "invalid_request_error" and err["message"]
 
 
+def test_lone_surrogates_get_a_400_naming_where(served, tiny):
+    """JSON escapes can carry text no tokenizer accepts (it used to be a 500)."""
+    for msgs, param in (([{"role": "user", "content": "caf\ud800"}], "messages[0].content"),
+                        ([{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}],
+                         "messages[0].content[0].text")):
+        r = httpx.post(f"{served}/chat/completions", content=json.dumps({"messages": msgs}),
+                       headers={"Content-Type": "application/json"})  # the escape, as sent
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    # whatever else a template renders raw (e.g. a tool call's name): refused at rendering
+    from turngym.jsonhttp import HTTPError
+    with pytest.raises(HTTPError) as e:
+        ChatModel(*tiny, limits=LIMITS).render([{"role": "user", "content": "f\ud83d"}])
+    assert e.value.status == 400 and e.value.param == "messages"
+
+
+def test_a_vanishing_temperature_is_greedy_not_a_500(client):
+    greedy = create(client, temperature=0, max_completion_tokens=12).choices[0].message.content
+    for t in (1e-300, 1e-45, 1e-6):
+        r = create(client, temperature=t, max_completion_tokens=12, seed=3)
+        assert r.choices[0].message.content == greedy
+
+
+def test_the_default_completion_length_respects_the_cap(tiny):
+    model, tok = tiny
+    chat = ChatModel(model, tok, limits=ChatLimits(max_tokens_cap=5, default_max_tokens=256))
+    assert chat.parse({"messages": HELLO}).max_tokens == 5
+
+
 @pytest.mark.parametrize("raw", [b'{"messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
                                  b"[1, 2]", b"{bad json", b""])
 def test_malformed_bodies_get_400(served, raw):
