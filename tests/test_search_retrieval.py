@@ -153,3 +153,13 @@ def test_two_processes_building_one_bm25_index_both_get_it(tmp_path, monkeypatch
     assert [[h.passage.id for h in hits] for hits in late.search(q, 3)] == \
            [[h.passage.id for h in hits] for hits in first.search(q, 3)]
     assert [p.name for p in tmp_path.iterdir()] == [first.index_path.name]
+
+
+def test_a_query_with_a_lone_surrogate_is_searched_not_raised(small_dense):
+    """The agent's text can hold a lone surrogate; the search action hands the retriever
+    valid text (the dense encoder's tokenizer raised TypeError on it)."""
+    from turngym.envs.search.protocol import parse_search_action
+    ds, r = small_dense
+    act = parse_search_action("<search> caf\ud800 capital </search>")
+    assert act.kind == "search" and act.content == "caf? capital"
+    assert len(r.search([act.content], 3)[0]) == 3

@@ -87,6 +87,17 @@ def test_bad_requests_get_400_and_server_survives(served, body, param):
     assert httpx.get(f"{url}/health").status_code == 200
 
 
+def test_lone_surrogates_get_400_not_500(served):
+    """JSON escapes can carry text no tokenizer accepts (a dense encoder raised: 500)."""
+    import json
+    _, _, url = served
+    for body, field in (({"queries": ["ok", "caf\ud800"]}, "queries"),
+                        ({"query": "\udfff"}, "query")):
+        r = httpx.post(f"{url}/retrieve", content=json.dumps(body),
+                       headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and f"'{field}'" in r.json()["error"], r.text
+
+
 def test_per_request_caps():
     limits = RetrieverLimits(max_queries=5, max_topk=4, max_results=16,
                              http=Limits(max_body_bytes=2000))

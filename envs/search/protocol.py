@@ -57,7 +57,8 @@ def parse_search_action(text: str, max_chars: int = 1000) -> SearchAction:
             return SearchAction("invalid", error="unterminated <search>/<answer> tag")
         return SearchAction("invalid", error="no <search> or <answer> tag")
     kind, body = m
-    content = " ".join(body.split())
+    # a lone surrogate (a sampled or JSON-escaped "\\ud800") is no text a tokenizer takes
+    content = " ".join(body.encode("utf-8", "replace").decode("utf-8").split())
     if not content:
         return SearchAction("invalid", error=f"empty <{kind}>")
     if len(content) > max_chars:

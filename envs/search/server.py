@@ -79,6 +79,13 @@ def parse_request(body: dict[str, Any], limits: RetrieverLimits) -> tuple[list[s
         if len(queries) > limits.max_queries:
             raise HTTPError(400, f"{len(queries)} queries in one request; at most "
                                  f"{limits.max_queries}", param="queries")
+    for q in queries:
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError:
+            field = "query" if "query" in body else "queries"
+            raise HTTPError(400, f"'{field}' holds text that is not valid Unicode (a lone "
+                                 "surrogate escape)", param=field) from None
     topk = body.get("topk")
     if topk is None:
         topk = limits.default_topk
