@@ -62,6 +62,38 @@ def test_fresh_run_into_an_old_directory_is_refused_unless_overwrite(run):
     assert [p.name for p in (run / "checkpoints").glob("step_*")] == ["step_000001"]
 
 
+def test_overwrite_never_wipes_a_directory_that_holds_no_run(tmp_path):
+    """``output_dir=.`` or a mistyped path with --overwrite used to delete everything in it."""
+    proj = tmp_path / "proj"
+    (proj / "src").mkdir(parents=True)
+    (proj / "NOTES.md").write_text("mine")
+    with pytest.raises(RunError, match="holds none"):
+        train(_cfg(proj, "rl.steps=1"), progress=False, overwrite=True)
+    assert sorted(p.name for p in proj.iterdir()) == ["NOTES.md", "src"]
+
+
+def test_resume_past_the_asked_steps_is_refused_not_labelled_final(run):
+    """A run killed after its step-3 checkpoint, resumed with rl.steps=1, would save the
+    step-3 weights as final/ of a 1-step run."""
+    (run / "summary.json").unlink()  # killed before it finished
+    with pytest.raises(RunError, match="checkpoint at step 3, past rl.steps=1"):
+        train(_cfg(run, "rl.steps=1"), resume=True, progress=False)
+
+
+def test_resume_continues_the_mini_batch_order_exactly(tmp_path):
+    """With several mini-batches the trainer's shuffle RNG decides the update: 2 steps +
+    --resume to 3 equals 3 uninterrupted steps, bit for bit."""
+    from safetensors.torch import load_file
+    extra = ["rl.minibatches=4", "rl.entropy_coef=0.5", "rl.lr=0.01"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(_cfg(a, "rl.steps=3", *extra), progress=False)
+    train(_cfg(b, "rl.steps=2", *extra), progress=False)
+    train(_cfg(b, "rl.steps=3", *extra), resume=True, progress=False)
+    wa = load_file(a / "checkpoints" / "step_000003" / "model.safetensors")
+    wb = load_file(b / "checkpoints" / "step_000003" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_resume_with_nothing_to_resume_says_so(run, tmp_path):
     with pytest.raises(RunError, match="nothing to resume.*no config.yaml"):
         train(_cfg(tmp_path / "empty", "rl.steps=3"), resume=True, progress=False)

@@ -191,9 +191,11 @@ class CheckpointManager:
         return removed
 
     def save(self, step: int, model, tokenizer, optimizer=None, state: dict | None = None,
-             model_state: dict | None = None, optimizer_state: dict | None = None) -> Path:
+             model_state: dict | None = None, optimizer_state: dict | None = None,
+             shuffle: random.Random | None = None) -> Path:
         """``model_state`` / ``optimizer_state`` replace ``model.state_dict()`` /
-        ``optimizer.state_dict()`` (full states gathered from a sharded model)."""
+        ``optimizer.state_dict()`` (full states gathered from a sharded model);
+        ``shuffle``: the trainer's mini-batch shuffle RNG, saved with the others."""
         name = f"step_{step:06d}"
         state = dict(state or {}, step=step)
         final = self.root / name
@@ -206,7 +208,7 @@ class CheckpointManager:
             optimizer_state = optimizer.state_dict()
         if optimizer_state is not None:
             torch.save(optimizer_state, staging / "optimizer.pt")
-        torch.save(rng_state(), staging / "rng.pt")
+        torch.save(rng_state(shuffle), staging / "rng.pt")
         write_manifest(staging)
         _fsync_tree(staging)
         _replace_dir(staging, final)
@@ -252,11 +254,14 @@ class CheckpointManager:
         optimizer.load_state_dict(torch.load(f, weights_only=True))
 
     @staticmethod
-    def load_rng(path: Path) -> None:
+    def load_rng(path: Path) -> dict:
+        """Restores the global RNGs; returns the saved states (see :func:`set_shuffle_state`)."""
         f = Path(path) / "rng.pt"
         if not f.exists():
             raise CheckpointError(f"{path} has no rng.pt")
-        set_rng_state(torch.load(f, weights_only=True))
+        saved = torch.load(f, weights_only=True)
+        set_rng_state(saved)
+        return saved
 
     def _prune(self, keep_also: Path) -> None:
         for p in self.candidates()[self.keep:]:
@@ -264,23 +269,39 @@ class CheckpointManager:
                 shutil.rmtree(p, ignore_errors=True)
 
 
-def rng_state() -> dict:
+def _py_rng(state: tuple, prefix: str) -> dict:
+    version, internal, gauss = state
+    return {f"{prefix}_version": version,
+            f"{prefix}_state": torch.tensor(internal, dtype=torch.int64),
+            f"{prefix}_gauss": gauss}
+
+
+def _py_rng_from(s: dict, prefix: str) -> tuple:
+    return (s[f"{prefix}_version"], tuple(int(x) for x in s[f"{prefix}_state"].tolist()),
+            s[f"{prefix}_gauss"])
+
+
+def rng_state(shuffle: random.Random | None = None) -> dict:
     """Python, numpy and torch RNG state as tensors and ints only (safe to load with
-    ``weights_only=True``)."""
-    py_version, py_state, py_gauss = random.getstate()
+    ``weights_only=True``); ``shuffle``: the trainer's own mini-batch shuffle RNG."""
     np_state = np.random.get_state()
-    return {"python_version": py_version,
-            "python_state": torch.tensor(py_state, dtype=torch.int64),
-            "python_gauss": py_gauss,
+    return {**_py_rng(random.getstate(), "python"),
+            **(_py_rng(shuffle.getstate(), "shuffle") if shuffle is not None else {}),
             "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
             "numpy_pos": int(np_state[2]), "numpy_has_gauss": int(np_state[3]),
             "numpy_gauss": float(np_state[4]),
             "torch": torch.get_rng_state()}
 
 
+def set_shuffle_state(s: dict, shuffle: random.Random) -> None:
+    """Restores the trainer's shuffle RNG (checkpoints written before it was saved keep
+    the freshly seeded one)."""
+    if "shuffle_state" in s:
+        shuffle.setstate(_py_rng_from(s, "shuffle"))
+
+
 def set_rng_state(s: dict) -> None:
-    random.setstate((s["python_version"], tuple(int(x) for x in s["python_state"].tolist()),
-                     s["python_gauss"]))
+    random.setstate(_py_rng_from(s, "python"))
     np.random.set_state(("MT19937", s["numpy_keys"].numpy().astype(np.uint32), s["numpy_pos"],
                          s["numpy_has_gauss"], s["numpy_gauss"]))
     torch.set_rng_state(s["torch"])

@@ -38,7 +38,8 @@ from ..agents.policy import SupportsRelease, SupportsWeightSync
 from ..agents.prompting import ChatPrompter
 from ..agents.rollout import EnvPool, RolloutConfig
 from ..config import to_dict
-from .checkpoint import CheckpointManager, save_model_dir, verify_manifest, write_atomic_text
+from .checkpoint import (CheckpointManager, save_model_dir, set_shuffle_state, verify_manifest,
+                         write_atomic_text)
 from .credit import Brancher, assign_step_credit, credit_context, signal_fractions
 from .distributed import World, close_world, init_world
 from .evaluate import evaluate_model, evaluate_splits
@@ -209,14 +210,17 @@ def setup_rl(cfg: DictConfig, model, tok, point: ResumePoint, world: World) -> R
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rl.lr,
                             weight_decay=rl.weight_decay)
     ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
+    saved_rng = None
     if point.checkpoint is not None:
         _restore_optimizer(point.checkpoint, model, opt, sharded)
-        ckpts.load_rng(point.checkpoint)
+        saved_rng = ckpts.load_rng(point.checkpoint)
     rcfg = rollout_config(cfg)
     trainer = PolicyGradientTrainer(model, opt, rl, tok.pad_token_id,
                                     ref if rl.kl_coef > 0 else None, seed=cfg.seed, world=world,
                                     precision=cfg.model.autocast,
                                     temperature=rcfg.logprob_temperature)
+    if saved_rng is not None:
+        set_shuffle_state(saved_rng, trainer.rng)  # mini-batch order continues exactly
     policy = build_policy(cfg.agent, model, tok, str(out / "warmstart"),
                           seed=cfg.seed + world.rank, precision=cfg.model.autocast)
     if isinstance(policy, SupportsWeightSync) and (point.checkpoint is not None
@@ -269,11 +273,12 @@ def save_checkpoint(run: RLRun, step: int, world: World, summary: dict) -> None:
         opt_state = full_optimizer_state(model, run.optimizer)
         if world.is_main:
             run.checkpoints.save(step, model, tok, None, state, model_state=weights,
-                                 optimizer_state=opt_state)
+                                 optimizer_state=opt_state, shuffle=run.trainer.rng)
     else:
         world.check_in_sync(model)
         if world.is_main:
-            run.checkpoints.save(step, model, tok, run.optimizer, state)
+            run.checkpoints.save(step, model, tok, run.optimizer, state,
+                                 shuffle=run.trainer.rng)
     world.barrier()
 
 

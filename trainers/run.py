@@ -35,7 +35,6 @@ from .metrics import truncate_after
 # keys a resumed run may change (glob patterns over dotted keys)
 RESUME_MAY_CHANGE = ("rl.steps", "eval.*", "checkpoint.*", "logging.*", "threads",
                      "output_dir", "plugins")
-RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "warmstart", "checkpoints", "final")
 
 
 class RunError(RuntimeError):
@@ -99,6 +98,11 @@ def prepare_run_dir(cfg: DictConfig, resume: bool, overwrite: bool) -> ResumePoi
             raise RunError(f"output_dir {out} is not empty ({', '.join(found)}); continue that "
                            "run with --resume, replace it with --overwrite, or choose another "
                            "output_dir")
+        if not (out / "config.yaml").exists():  # never wipe a directory that is no run
+            found = sorted(p.name for p in out.iterdir())[:6]
+            raise RunError(f"--overwrite replaces a turngym run, and {out} holds none (no "
+                           f"config.yaml; it holds {', '.join(found)}); choose another "
+                           "output_dir")
         for p in out.iterdir():
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +140,9 @@ def _resume_point(cfg: DictConfig, out: Path) -> ResumePoint:
         except CheckpointError as exc:
             raise RunError(f"nothing to resume in {out}: no valid RL checkpoint and no complete "
                            f"warm start ({exc}); start it again with --overwrite") from None
+    if point.step > cfg.rl.steps:  # its weights are past the asked end: final/ would lie
+        raise RunError(f"the run in {out} has a checkpoint at step {point.step}, past "
+                       f"rl.steps={cfg.rl.steps}; resume with rl.steps >= {point.step}")
     if point.step >= cfg.rl.steps and (out / "summary.json").exists():
         raise RunError(f"nothing to resume: the run in {out} finished at step {point.step}; "
                        f"raise rl.steps above {point.step} to train further")
