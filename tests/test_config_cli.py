@@ -133,6 +133,43 @@ def test_config_inheritance_with_base(tmp_path):
         load_config(str(a))
 
 
+
+def test_a_config_path_is_a_path_and_base_is_read_from_the_including_file(tmp_path,
+                                                                           monkeypatch):
+    """A user's sub/child.yaml saying ``base: quickstart.yaml`` means sub/quickstart.yaml
+    wherever it is run from; a path that does not exist is an error, never the bundled
+    config of the same name (both silently loaded the bundled quickstart)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "quickstart.yaml").write_text("base: quickstart\nrl:\n  steps: 7\n")
+    (sub / "child.yaml").write_text("base: quickstart.yaml\nseed: 3\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("sub/child.yaml")
+    assert (cfg.rl.steps, cfg.seed) == (7, 3)
+    for missing in (str(tmp_path / "nothere" / "quickstart.yaml"), "quickstart.yml"):
+        with pytest.raises(ConfigError, match="no config file"):
+            load_config(missing)
+
+
+@pytest.mark.parametrize("overrides,why", [
+    (["output_dir=@x"], "override 'output_dir=@x': the value is not valid YAML"),
+    (["rl.lr=1e-3", "rl.steps=["], "override 'rl.steps=['"),
+    (["plugins=[1]"], "plugins must be a list of module names"),
+    (["logging.trackers=[[1]]"], "unknown tracker [1]"),
+    (["model.num_heads=0"], "model.num_heads must be > 0"),
+])
+def test_malformed_overrides_exit_2_with_one_message_not_a_traceback(overrides, why, capsys):
+    assert main(["train", "--no-progress", *overrides]) == 2
+    assert why in capsys.readouterr().err
+
+
+def test_env_kwargs_of_the_wrong_type_are_a_config_error(tmp_path):
+    from turngym.trainers.runtime import env_factory
+    cfg = load_config("quickstart", ["env.kwargs.world.min_objects=abc"])
+    with pytest.raises(ConfigError, match="could not be built from env.kwargs"):
+        env_factory(cfg, "train")()
+
+
 @pytest.mark.parametrize("name", ["gpu_search", "gpu_textworld", "gpu_tool_math",
                                   "gpu_tool_shop"])
 def test_real_model_gpu_configs_resolve_and_demand_a_model_path(name):

@@ -27,7 +27,12 @@ def env_factory(cfg: DictConfig, split: str) -> Callable[[], gym.Env]:
     env_id = cfg.env.id
 
     def make() -> gym.Env:
-        return gym.make(env_id, **kwargs)
+        from ..config import ConfigError
+        try:
+            return gym.make(env_id, **kwargs)
+        except (TypeError, ValueError) as exc:  # e.g. env.kwargs.world.min_objects=abc
+            raise ConfigError(f"{env_id} could not be built from env.kwargs {kwargs}: "
+                              f"{type(exc).__name__}: {exc}") from exc
     return make
 
 

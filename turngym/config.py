@@ -13,11 +13,13 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -252,31 +254,43 @@ class TrainConfig:
 
 
 # ---------------------------------------------------------------------- loading
-def config_path(name: str) -> Path:
-    """A bundled config name (``quickstart``) or a path to a YAML file."""
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and p.exists():
+def _is_path(name: str) -> bool:
+    return Path(name).suffix in (".yaml", ".yml") or "/" in name or os.sep in name
+
+
+def config_path(name: str, relative_to: Path | None = None) -> Path:
+    """A bundled config name (``quickstart``) or a path to a YAML file (relative to
+    ``relative_to``, the directory of the config that names it, if given).  A path that
+    does not exist is an error, never a bundled config of the same name."""
+    if _is_path(name):
+        p = Path(name)
+        if relative_to is not None and not p.is_absolute():
+            p = relative_to / p
+        if not p.is_file():
+            raise ConfigError(f"no config file {str(p)!r}")
         return p
-    stem = p.stem if p.suffix in (".yaml", ".yml") else name
-    bundled = resources.files("turngym.configs").joinpath(f"{stem}.yaml")
+    bundled = resources.files("turngym.configs").joinpath(f"{name}.yaml")
     if bundled.is_file():
         return Path(str(bundled))
     names = sorted(x.name[:-5] for x in resources.files("turngym.configs").iterdir()
                    if x.name.endswith(".yaml"))
-    raise ConfigError(f"no config {name!r}: not a file, and bundled configs are {names}")
+    raise ConfigError(f"no config {name!r}: bundled configs are {names} (or give a path to "
+                      "a .yaml file)")
 
 
-def _load_yaml(name: str, seen: tuple[str, ...] = ()) -> DictConfig:
-    """A YAML config; ``base: other`` in it first loads ``other`` (a bundled name or a
-    path) and merges this file on top, so variants state only what differs."""
-    path = config_path(name)
+def _load_yaml(name: str, seen: tuple[str, ...] = (), relative_to: Path | None = None
+               ) -> DictConfig:
+    """A YAML config; ``base: other`` in it first loads ``other`` (a bundled name, or a
+    path relative to this file) and merges this file on top, so variants state only what
+    differs."""
+    path = config_path(name, relative_to).resolve()
     if str(path) in seen:
         raise ConfigError(f"config inheritance cycle: {' -> '.join(seen + (str(path),))}")
     raw = OmegaConf.load(path)
     base = raw.pop("base", None) if isinstance(raw, DictConfig) else None
     if base is None:
         return raw
-    return _merge_layer(_load_yaml(str(base), seen + (str(path),)), raw)
+    return _merge_layer(_load_yaml(str(base), seen + (str(path),), path.parent), raw)
 
 
 def _env_id(cfg) -> str | None:
@@ -310,9 +324,23 @@ def load_config(name: str | None = None, overrides: Sequence[str] = (),
             cfg = _merge_layer(cfg, OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
+    except yaml.YAMLError:  # an override whose value is no YAML (output_dir=@x)
+        raise ConfigError(_yaml_override_message(overrides)) from None
     if validate_now:
         validate(cfg, training)
     return cfg
+
+
+def _yaml_override_message(overrides: Sequence[str]) -> str:
+    """Names the first override whose value YAML cannot read, and how to quote it."""
+    for o in overrides:
+        try:
+            OmegaConf.from_dotlist([o])
+        except yaml.YAMLError as exc:
+            key = o.split("=", 1)[0]
+            return (f"override {o!r}: the value is not valid YAML ({str(exc).splitlines()[0]}); "
+                    f"quote it, e.g. {key}='\"...\"'")
+    return "an override is not valid YAML"
 
 
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:
@@ -363,6 +391,9 @@ def validate(cfg: DictConfig, training: bool = True) -> None:
     """Every check that can run before work starts; raises one ConfigError listing all
     problems.  ``training=False`` (evaluating a checkpoint) skips the sampler-vs-trainer
     numerics check, which only matters for the PPO ratio."""
+    bad = [m for m in cfg.plugins if not isinstance(m, str)]
+    if bad:
+        raise ConfigError(f"plugins must be a list of module names (strings), got {bad}")
     import_plugins(list(cfg.plugins))
     errors: list[str] = []
     _check_ranges(cfg, errors)
@@ -426,10 +457,11 @@ def _check_ranges(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"rl.task_pool must be > 0 or null, got {cfg.rl.task_pool}")
     if cfg.model.kind is ModelKind.hf and not cfg.model.path:
         errors.append("model.kind=hf needs model.path (a local model directory)")
-    if cfg.model.kind is ModelKind.tiny and cfg.model.hidden_size % cfg.model.num_heads:
+    if (cfg.model.kind is ModelKind.tiny and cfg.model.num_heads > 0
+            and cfg.model.hidden_size % cfg.model.num_heads):
         errors.append("model.hidden_size must be divisible by model.num_heads")
     for t in cfg.logging.trackers:
-        if t not in {x.value for x in Tracker}:
+        if not isinstance(t, str) or t not in {x.value for x in Tracker}:
             errors.append(f"logging.trackers: unknown tracker {t!r}; "
                           f"choose from {[x.value for x in Tracker]}")
     if not cfg.env.eval_splits:
