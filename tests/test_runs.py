@@ -80,6 +80,17 @@ def test_resume_past_the_asked_steps_is_refused_not_labelled_final(run):
         train(_cfg(run, "rl.steps=1"), resume=True, progress=False)
 
 
+def test_resume_removes_a_half_written_copy_of_final_in_the_run_directory(run):
+    """A kill inside the final/ (or warmstart/) save leaves a whole model copy beside it."""
+    from turngym.trainers.run import prepare_run_dir
+    leftover = run / ".final.tmp4242"
+    leftover.mkdir()
+    (leftover / "model.safetensors").write_bytes(b"x" * 1000)
+    point = prepare_run_dir(_cfg(run, "rl.steps=4"), resume=True, overwrite=False)
+    assert not leftover.exists() and (run / "final").is_dir()
+    assert "removed an interrupted save: .final.tmp4242" in point.notes
+
+
 def test_resume_continues_the_mini_batch_order_exactly(tmp_path):
     """With several mini-batches the trainer's shuffle RNG decides the update: 2 steps +
     --resume to 3 equals 3 uninterrupted steps, bit for bit."""

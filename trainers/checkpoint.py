@@ -173,22 +173,26 @@ def restore_moved_aside(parent: Path) -> list[Path]:
     return restored
 
 
+def clean_staging(root: Path) -> list[Path]:
+    """Removes leftovers of saves that were killed half-way in ``root`` (``.step_*.staging*``,
+    ``.final.tmp*`` and other ``.tmp*``/``.old*`` entries; run :func:`restore_moved_aside`
+    first); returns what was removed."""
+    removed = []
+    if root.exists():
+        for p in root.iterdir():
+            if p.name.startswith(".") and any(t in p.name for t in (".staging", ".tmp", ".old")):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+                removed.append(p)
+    return removed
+
+
 class CheckpointManager:
     def __init__(self, root: str | Path, keep: int = 2):
         self.root = Path(root)
         self.keep = max(1, keep)
 
     def clean_staging(self) -> list[Path]:
-        """Removes leftovers of saves that were killed half-way (``.step_*.staging*``,
-        ``.tmp*``/``.old*`` dirs); returns what was removed."""
-        removed = []
-        if self.root.exists():
-            for p in self.root.iterdir():
-                if p.name.startswith(".") and any(t in p.name for t in (".staging", ".tmp",
-                                                                        ".old")):
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
-                    removed.append(p)
-        return removed
+        return clean_staging(self.root)
 
     def save(self, step: int, model, tokenizer, optimizer=None, state: dict | None = None,
              model_state: dict | None = None, optimizer_state: dict | None = None,

@@ -26,6 +26,7 @@ from ..config import TrainConfig, to_dict, to_yaml
 from .checkpoint import (
     CheckpointError,
     CheckpointManager,
+    clean_staging,
     restore_moved_aside,
     verify_manifest,
     write_atomic_text,
@@ -124,7 +125,7 @@ def _resume_point(cfg: DictConfig, out: Path) -> ResumePoint:
     # warmstart/, final/ or a checkpoint moved aside by a save killed between its renames
     restored = restore_moved_aside(out) + restore_moved_aside(out / "checkpoints")
     ckpts = CheckpointManager(out / "checkpoints", keep=cfg.checkpoint.keep)
-    removed = ckpts.clean_staging()
+    removed = ckpts.clean_staging() + clean_staging(out)  # e.g. a half-written final/ copy
     point = ResumePoint(notes=[f"config change on resume: {x}" for x in allowed])
     point.notes += [f"restored {p.name}/ moved aside by an interrupted save" for p in restored]
     point.notes += [f"removed an interrupted save: {p.name}" for p in removed]
