@@ -35,7 +35,7 @@ from turngym.types import CreditAssignment, StopReason, Trajectory, TrajectoryGr
 from turngym.view import build_view, make_server, render_html, write_view
 
 HOSTILE = ('</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
-           '<!-- & \u2028')
+           '<!-- & \u2028 %SCRIPT% %DATA% %INDEX%')  # the page template's own placeholders
 
 
 # ------------------------------------------------------------------ real-env groups
@@ -172,6 +172,12 @@ def test_byte_cap_writes_a_marker_stops_and_stays_capped_on_resume(tmp_path):
     assert again.capped and again.log(6, groups, credits, "grpo") == 0
     fresh = SampleLogger(tmp_path, groups_per_step=1, max_bytes=cap, fresh=True)
     assert not fresh.capped and not path.exists()
+    # room for one step but not for the marker after it: the cap still holds
+    for extra in (0, 10, 30, 60):
+        d = tmp_path / f"tight{extra}"
+        tight = SampleLogger(d, groups_per_step=1, max_bytes=one + extra)
+        [tight.log(s, groups, credits, "grpo") for s in (1, 2, 3)]
+        assert (d / "samples.jsonl").stat().st_size <= one + extra
 
 
 def test_torn_line_is_skipped_and_redone_steps_replace_the_old_ones(tmp_path):
@@ -189,6 +195,11 @@ def test_torn_line_is_skipped_and_redone_steps_replace_the_old_ones(tmp_path):
     recs, status = read_samples(path)
     assert status["torn"] == 1
     assert [(r["step"], r["params"]["eps"]) for r in recs] == [(1, 1e-6), (2, 1e-3), (3, 1e-3)]
+    # killed after logging step 3 but before its checkpoint: step 3 alone is redone
+    again = SampleLogger(tmp_path, groups_per_step=1)
+    again.log(3, groups, credits, "grpo", {"eps": 1e-2})
+    recs, _ = read_samples(path)
+    assert [(r["step"], r["params"]["eps"]) for r in recs] == [(1, 1e-6), (2, 1e-3), (3, 1e-2)]
     for line in path.read_bytes().splitlines()[-2:]:
         json.loads(line)  # the torn line was closed: the appended records are whole
 

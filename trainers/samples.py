@@ -348,9 +348,11 @@ class SampleLogger:
         if self.capped:
             return 0
         data = b"".join(_line(r) for r in records)
-        if self._size + len(data) > self.max_bytes:
+        marker = _line({"kind": "capped", "step": int(step), "max_bytes": self.max_bytes})
+        # room is kept for the marker (and a torn line's closing newline): the cap holds
+        if self._size + len(data) + len(marker) + 1 > self.max_bytes:
             self.capped = True
-            data = _line({"kind": "capped", "step": int(step), "max_bytes": self.max_bytes})
+            data = marker
         if self._torn:
             data = b"\n" + data
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -417,7 +419,7 @@ def read_samples(path: str | Path) -> tuple[list[dict], dict]:
     ``status``: ``{"torn": n, "capped_at": step or None}``."""
     records: list[dict] = []
     status: dict = {"torn": 0, "capped_at": None}
-    last_step = None
+    last_step = last_slot = None
     with open(path, "rb") as f:
         for raw in f:
             if not raw.strip():  # a closing newline written after a (seemingly) torn end
@@ -430,13 +432,18 @@ def read_samples(path: str | Path) -> tuple[list[dict], dict]:
             if not isinstance(rec, dict):
                 status["torn"] += 1
                 continue
-            step = rec.get("step")
-            if isinstance(step, int) and last_step is not None and step < last_step:
+            step, slot = rec.get("step"), rec.get("slot")
+            # a step written again (a resumed run redoes every step after its checkpoint,
+            # the step it crashed in included): the newer records replace the older ones
+            again = isinstance(step, int) and last_step is not None and (
+                step < last_step or (step == last_step and isinstance(slot, int)
+                                     and last_slot is not None and slot <= last_slot))
+            if again:
                 records = [r for r in records if r["step"] < step]
                 if status["capped_at"] is not None and status["capped_at"] >= step:
                     status["capped_at"] = None
             if isinstance(step, int):
-                last_step = step
+                last_step, last_slot = step, slot if isinstance(slot, int) else None
             if rec.get("kind") == "capped":
                 status["capped_at"] = step
             elif rec.get("kind") == "group" and rec.get("version") == RECORD_VERSION:

@@ -26,6 +26,7 @@ import hashlib
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -248,6 +249,9 @@ def _json_for_html(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
+_PLACEHOLDER = re.compile(r"%(CSP|TITLE|STYLE|INDEX|DATA|SCRIPT)%")
+
+
 def render_html(index: dict, blobs: Mapping[str, list]) -> str:
     script = _SCRIPT
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
@@ -255,12 +259,10 @@ def render_html(index: dict, blobs: Mapping[str, list]) -> str:
            f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'")
     data = "\n".join(f'<script type="application/json" id="d-{html.escape(k)}">'
                      f"{_json_for_html(v)}</script>" for k, v in blobs.items())
-    return (_PAGE.replace("%CSP%", csp)
-            .replace("%TITLE%", html.escape(f"turngym view: {index['title']}"))
-            .replace("%STYLE%", _STYLE)
-            .replace("%INDEX%", _json_for_html(index))
-            .replace("%DATA%", data)
-            .replace("%SCRIPT%", script))
+    parts = {"CSP": csp, "TITLE": html.escape(f"turngym view: {index['title']}"),
+             "STYLE": _STYLE, "INDEX": _json_for_html(index), "DATA": data, "SCRIPT": script}
+    # one pass: a placeholder inside inserted (agent-written) text stays text
+    return _PLACEHOLDER.sub(lambda m: parts[m[1]], _PAGE)
 
 
 def write_view(run_dir: str | Path, out: str | Path | None = None, step: int | None = None,
