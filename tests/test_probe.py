@@ -66,7 +66,7 @@ def test_rank_statistics():
     assert spearman(x, -x ** 3) == pytest.approx(-1.0)
     assert spearman(x, np.zeros(50)) == 0.0
     m = agreement(np.array([1.0, -1.0, 0.5, 2.0]), np.array([0.2, -0.3, -0.1, 0.0]))
-    assert m["sign_agreement"] == pytest.approx(2 / 3) and m["clear_turns"] == 3
+    assert m["sign_agreement"] == pytest.approx(2 / 3) and m["nonzero_turns"] == 3
     scipy_stats = pytest.importorskip("scipy.stats")
     y = np.round(np.random.default_rng(1).normal(size=50), 1)
     assert spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
@@ -183,3 +183,19 @@ def test_bootstrap_intervals_skip_replicates_without_any_truth():
     assert np.isfinite(boot["spearman_ci95"]).all()
     assert np.isfinite(boot["sign_agreement_ci95"]).all()
     assert 0 < boot["boot_replicates_without_truth"] < 200  # about a quarter draw [lost, lost]
+
+
+def test_the_noise_ceiling_is_what_a_perfect_estimate_reaches_against_the_full_truth():
+    """The split-half r correlates two half-size truths; a perfect estimate (the true
+    values) agrees with the full-size truth better than that -- sqrt(2r/(1+r)) -- so r
+    itself is no ceiling (it used to be reported as one)."""
+    from turngym.trainers.probe import noise_ceiling, spearman
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=20000)  # true per-turn advantages
+    halves = [v + rng.normal(scale=1.5, size=v.size) for _ in range(2)]  # c/2 each
+    full = (halves[0] + halves[1]) / 2  # the truth from all c continuations
+    r = spearman(halves[0], halves[1])
+    perfect = spearman(v, full)
+    assert perfect > r + 0.1
+    assert noise_ceiling(r) == pytest.approx(perfect, abs=0.02)
+    assert noise_ceiling(-0.2) == 0.0 and np.isnan(noise_ceiling(float("nan")))

@@ -12,9 +12,12 @@ Episodes and continuations the env cut off with an error are left out (counted a
 continuation has no truth and is left out of the agreement (``turns_without_truth``).
 
 Per module (on the same trajectory groups): Spearman rank correlation with the
-true advantages over all turns, sign agreement on turns whose true advantage is
-clearly non-zero, and the MSE between the two after z-scoring each (scales
-differ by design).  Results go to ``probe.json`` and a bar chart ``probe.png``.
+true advantages over all turns, sign agreement on turns whose Monte-Carlo advantage
+is not zero (|A| > 1e-6; how many of them exceed twice their standard error is
+``clear_turns`` of the probe), and the MSE between the two after z-scoring each
+(scales differ by design).  The split-half Spearman r (two disjoint halves of the
+continuations) is the reliability of a half-size truth; the noise ceiling, the most an
+estimate can agree with the full truth, is sqrt(2r / (1 + r)) (Spearman-Brown).  Results go to ``probe.json`` and a bar chart ``probe.png``.
 """
 
 from __future__ import annotations
@@ -73,13 +76,13 @@ def agreement(estimate: np.ndarray, truth: np.ndarray, tol: float = 1e-6) -> dic
     estimate, truth = estimate[known], truth[known]
     if not known.any():
         return {"spearman": float("nan"), "sign_agreement": float("nan"),
-                "mse_z": float("nan"), "turns": 0, "clear_turns": 0}
-    clear = np.abs(truth) > tol
+                "mse_z": float("nan"), "turns": 0, "nonzero_turns": 0}
+    clear = np.abs(truth) > tol  # a non-zero MC advantage (the probe counts > 2 SE apart)
     sign = float((np.sign(estimate[clear]) == np.sign(truth[clear])).mean()) if clear.any() \
         else float("nan")
     return {"spearman": spearman(estimate, truth), "sign_agreement": sign,
             "mse_z": float(np.mean((_z(estimate) - _z(truth)) ** 2)),
-            "turns": int(len(truth)), "clear_turns": int(clear.sum())}
+            "turns": int(len(truth)), "nonzero_turns": int(clear.sum())}
 
 
 def turn_level(c) -> np.ndarray:
@@ -208,8 +211,9 @@ def _percentile_ci(xs) -> list[float]:
 
 
 def split_half_ceiling(truth: MCTruth) -> float:
-    """Spearman between the truths from two disjoint halves of the continuations: how
-    well any estimate could possibly agree with MC truth at this noise level."""
+    """Spearman r between the truths from two disjoint halves of the continuations: the
+    reliability of a half-size truth (see :func:`noise_ceiling` for what an estimate can
+    reach against the full truth)."""
     c = truth.outcomes[0][0].shape[1] if truth.outcomes and truth.outcomes[0] else 0
     if c < 2:
         return float("nan")
@@ -217,6 +221,17 @@ def split_half_ceiling(truth: MCTruth) -> float:
     b = _flat(truth.advantages(np.arange(c // 2, c)))
     both = np.isfinite(a) & np.isfinite(b)
     return spearman(a[both], b[both])
+
+
+def noise_ceiling(split_half: float) -> float:
+    """The most a perfect estimate can agree with the full-size MC truth, from the
+    split-half reliability r: the full truth's reliability is 2r / (1 + r)
+    (Spearman-Brown), and an estimate of the true values correlates with it at most by
+    its square root."""
+    if not np.isfinite(split_half):
+        return float("nan")
+    r = max(float(split_half), 0.0)
+    return float(np.sqrt(2 * r / (1 + r)))
 
 
 def per_turn_estimates(credits, groups) -> list[list[np.ndarray]]:
@@ -321,10 +336,10 @@ def plot_probe(results: dict, path: Path) -> Path:
            label="Spearman with MC advantage (95% CI)")
     ax.bar(x + 0.2, sg, 0.4, yerr=err("sign_agreement_ci95", sg), capsize=3,
            label="sign agreement (95% CI)")
-    ceiling = results.get("split_half_spearman")
-    if ceiling is not None and np.isfinite(ceiling):
+    ceiling = noise_ceiling(results.get("split_half_spearman", float("nan")))
+    if np.isfinite(ceiling):
         ax.axhline(ceiling, color="gray", linestyle="--", linewidth=0.8,
-                   label="MC split-half Spearman (noise ceiling)")
+                   label="noise ceiling, sqrt(2r/(1+r)) of the MC split-half r")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, names)
     ax.set_ylim(-1, 1)
@@ -341,7 +356,8 @@ def format_probe(results: dict) -> str:
     lines = [f"probe on {results['split']}: success {results['success']:.3f}, "
              f"{results['turns']} turns, mean |true advantage| "
              f"{results['true_adv_abs_mean']:.3f} (mean SE {results['true_adv_se_mean']:.3f}), "
-             f"split-half Spearman {results['split_half_spearman']:.3f}",
+             f"split-half Spearman {results['split_half_spearman']:.3f} (noise ceiling "
+             f"{noise_ceiling(results['split_half_spearman']):.3f})",
              f"{'module':<16s} {'spearman [95% CI]':>24s} {'sign agr. [95% CI]':>24s} "
              f"{'mse (z)':>8s}"]
     for n, m in results["modules"].items():

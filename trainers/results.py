@@ -469,13 +469,16 @@ def render_variants(rec: dict, title: str) -> list[str]:
 
 
 def render_probe(rec: dict, title: str) -> list[str]:
+    from .probe import noise_ceiling
     lines = [f"## {title}", "", f"Command: `{rec['command']}`", "",
              f"{rec['tasks']} tasks x {rec['group_size']} rollouts, {rec['continuations']} "
              f"Monte-Carlo continuations per state, {rec['turns']} turns, policy success "
              f"{rec['success']:.3f}; mean |true advantage| {rec['true_adv_abs_mean']:.3f} with "
              f"mean standard error {rec['true_adv_se_mean']:.3f}; {rec['clear_turns']} turns "
-             f"with |A| > 2 SE. MC split-half Spearman (noise ceiling): "
-             f"{rec['split_half_spearman']:.3f}.", "",
+             f"with |A| > 2 SE. MC split-half Spearman r {rec['split_half_spearman']:.3f} (the "
+             f"reliability of a half-size truth); noise ceiling for an estimate against the "
+             f"full truth sqrt(2r/(1+r)) = {noise_ceiling(rec['split_half_spearman']):.3f}. "
+             "Sign agreement counts the turns whose MC advantage is not zero.", "",
              "| estimator | Spearman [95% CI] | sign agreement [95% CI] | MSE (z) |",
              "|---|---|---|---|"]
     for name, m in rec["modules"].items():
@@ -606,6 +609,9 @@ RESULT_FILES = {
     "compare_search_cbpo.json": (
         "compare", "Search QA, the pool of s22 with branch contrast and the oracle role judge "
         "(pre-registered: branch_contrast vs grpo, role_judge secondary; pool success)", False),
+    "compare_search_pool32.json": (
+        "compare", "Search QA, a pool of 32 questions: branch contrast against grpo and an "
+        "episode-matched grpo (pre-registered confirmation of s25; pool success)", False),
     "probe_textworld.json": ("probe", "Credit-quality probe, text world (free generation)",
                              True),
     "probe_search.json": ("probe", "Credit-quality probe, search QA", True),
