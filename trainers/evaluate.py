@@ -5,6 +5,11 @@ episodes each; a task's success is their mean) and a sampler seed fixed by the r
 so two models (the warm start and the final policy, or two credit estimators) are
 compared on identical tasks and random streams.  Under ``torchrun``
 each rank plays a strided share and every rank gets the metrics of all of them.
+The random streams are per rank and batch (``seed + 7919 + rank``, drawn through batches
+of ``agent.max_batch_size // eval.samples_per_task`` tasks): evaluations are paired when
+they share the world size and ``agent.max_batch_size``, as every arm of a comparison does;
+the same checkpoint evaluated under another world size plays the same tasks with other
+draws.
 """
 
 from __future__ import annotations
