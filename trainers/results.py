@@ -441,9 +441,12 @@ def render_compare(rec: dict, title: str) -> list[str]:
                      f"{', '.join(f'{x:.3f}' for x in e['final'])} | "
                      f"**{e['mean']:.3f}** {_ci(e['ci95'])} | " + " | ".join(cells) + " |")
     lines.append("")
+    pairs: set[frozenset] = set()  # each pair once (not also its mirror image)
     for b in bases:  # where each difference in the table comes from, task by task
         for name in rec["estimators"]:
-            text = "" if name == b else task_breakdown(rec, name, b)
+            text = ("" if name == b or frozenset((name, b)) in pairs
+                    else task_breakdown(rec, name, b))
+            pairs.add(frozenset((name, b)))
             lines += [f"* {text}"] if text else []
     return lines + ([""] if lines[-1] else [])
 
