@@ -48,8 +48,8 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..jsonhttp import (HTTPError, Limits, Server, disconnected, fifo_lock_hold, json_response,
-                        make_app, parse_json, read_json, run_sync)
+from ..jsonhttp import (HTTPError, Limits, Server, disconnected, fifo_lock_hold, is_unicode,
+                        json_response, make_app, parse_json, read_json, run_sync)
 from .hf_backend import HFPolicy
 from .policy import SamplingParams
 
@@ -126,12 +126,9 @@ def _number(body: dict, key: str, lo: float, hi: float) -> float | None:
 
 
 def _unicode(text: str, where: str) -> str:
-    """``text`` if it is valid Unicode; JSON's escapes can carry a lone surrogate
-    ("\\ud800"), which no tokenizer accepts."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise bad(where, f"'{where}' is not valid Unicode (a lone surrogate escape)") from None
+    """``text``, or a 400 naming ``where`` when it is not valid Unicode."""
+    if not is_unicode(text):
+        raise bad(where, f"'{where}' is not valid Unicode (a lone surrogate escape)")
     return text
 
 

@@ -45,6 +45,7 @@ def normalize(x: np.ndarray, std: bool = True, eps: float = 1e-6, ddof: int = 0)
     return c / (s + eps) if s > 0 else np.zeros_like(x)
 
 
+@np.errstate(invalid="ignore")  # inf - inf in a broken group: NaN, refused below
 def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, eps: float = 1e-6,
                       ddof: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Normalises ``values`` within groups of equal ``keys`` (bincount, no pairwise loops):
@@ -54,11 +55,6 @@ def segment_normalize(values: np.ndarray, keys: np.ndarray, std: bool = True, ep
 
     Returns (normalised values, size of each entry's group).
     """
-    with np.errstate(invalid="ignore"):  # inf - inf in a broken group: NaN, refused below
-        return _segment_normalize(values, keys, std, eps, ddof)
-
-
-def _segment_normalize(values, keys, std, eps, ddof):
     _, inv = np.unique(keys, return_inverse=True)
     counts = np.bincount(inv).astype(np.float64)
     mean = np.bincount(inv, weights=values) / counts

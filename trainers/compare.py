@@ -370,8 +370,7 @@ def summarize_comparison(runs: dict, credits: list[str], splits: list[str],
                          baseline: str, also_vs: Sequence[str] = ()) -> dict:
     """compare.json: per split, the bootstrap statistics of final success."""
     seeds = sorted(next(iter(runs.values())))
-    res: dict = {"credits": credits, "seeds": seeds, "baseline": baseline,
-                 "also_vs": list(also_vs), "splits": {}}
+    res: dict = {"credits": credits, "seeds": seeds, "baseline": baseline, "splits": {}}
     for split in splits:
         per_seed = {n: [np.asarray(runs[n][s]["final_eval"][split]["per_task_success"])
                         for s in seeds] for n in credits}

@@ -17,7 +17,8 @@ is not zero (|A| > 1e-6; how many of them exceed twice their standard error is
 ``clear_turns`` of the probe), and the MSE between the two after z-scoring each
 (scales differ by design).  The split-half Spearman r (two disjoint halves of the
 continuations) is the reliability of a half-size truth; the noise ceiling, the most an
-estimate can agree with the full truth, is sqrt(2r / (1 + r)) (Spearman-Brown).  Results go to ``probe.json`` and a bar chart ``probe.png``.
+estimate can agree with the full truth, is sqrt(2r / (1 + r)) (Spearman-Brown).
+Results go to ``probe.json`` and a bar chart ``probe.png``.
 """
 
 from __future__ import annotations
@@ -77,12 +78,12 @@ def agreement(estimate: np.ndarray, truth: np.ndarray, tol: float = 1e-6) -> dic
     if not known.any():
         return {"spearman": float("nan"), "sign_agreement": float("nan"),
                 "mse_z": float("nan"), "turns": 0, "nonzero_turns": 0}
-    clear = np.abs(truth) > tol  # a non-zero MC advantage (the probe counts > 2 SE apart)
-    sign = float((np.sign(estimate[clear]) == np.sign(truth[clear])).mean()) if clear.any() \
-        else float("nan")
+    nonzero = np.abs(truth) > tol  # (the probe's clear_turns count those > 2 SE apart)
+    sign = float((np.sign(estimate[nonzero]) == np.sign(truth[nonzero])).mean()) \
+        if nonzero.any() else float("nan")
     return {"spearman": spearman(estimate, truth), "sign_agreement": sign,
             "mse_z": float(np.mean((_z(estimate) - _z(truth)) ** 2)),
-            "turns": int(len(truth)), "nonzero_turns": int(clear.sum())}
+            "turns": int(len(truth)), "nonzero_turns": int(nonzero.sum())}
 
 
 def turn_level(c) -> np.ndarray:

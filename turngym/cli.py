@@ -286,7 +286,7 @@ def _compare(args) -> int:
     res = compare_variants(cfg, arms, seeds, progress=not args.no_progress,
                            baseline=baseline, command=args.command_line,
                            warm_starts=args.warm_starts,
-                           also_vs=[a for a in args.also_vs.split(",") if a.strip()])
+                           also_vs=[a.strip() for a in args.also_vs.split(",") if a.strip()])
     print(format_comparison(res))
     if args.results:
         from pathlib import Path

@@ -168,6 +168,16 @@ def _depth_ok(value: Any, limit: int) -> bool:
     return True
 
 
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: JSON's escapes can carry a lone surrogate
+    ("\\ud800"), which no tokenizer accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_json(raw: bytes, max_depth: int = 32) -> Any:
     """Strict JSON of a request body: 400 on bad bytes, bad syntax or deep nesting."""
     try:

@@ -36,8 +36,8 @@ from typing import Any, Sequence
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ...jsonhttp import (HTTPError, Limits, Server, disconnected, fifo_lock_hold, json_response,
-                         make_app, read_json, run_sync)
+from ...jsonhttp import (HTTPError, Limits, Server, disconnected, fifo_lock_hold, is_unicode,
+                         json_response, make_app, read_json, run_sync)
 from .retrieval import Hit, Retriever
 
 REQUEST_KEYS = {"queries", "query", "topk", "return_scores"}
@@ -79,13 +79,10 @@ def parse_request(body: dict[str, Any], limits: RetrieverLimits) -> tuple[list[s
         if len(queries) > limits.max_queries:
             raise HTTPError(400, f"{len(queries)} queries in one request; at most "
                                  f"{limits.max_queries}", param="queries")
-    for q in queries:
-        try:
-            q.encode("utf-8")
-        except UnicodeEncodeError:
-            field = "query" if "query" in body else "queries"
-            raise HTTPError(400, f"'{field}' holds text that is not valid Unicode (a lone "
-                                 "surrogate escape)", param=field) from None
+    if not all(map(is_unicode, queries)):
+        field = "query" if "query" in body else "queries"
+        raise HTTPError(400, f"'{field}' holds text that is not valid Unicode (a lone "
+                             "surrogate escape)", param=field)
     topk = body.get("topk")
     if topk is None:
         topk = limits.default_topk
